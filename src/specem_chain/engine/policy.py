@@ -1,0 +1,111 @@
+"""Pure policy of one SpecEM round: scores, rewards, weights and selection.
+
+Everything here works on plain Python numbers so it can be tested without any model.
+Matrices are lists of rows. Rows are verifiers, columns are candidates.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from ..backends.base import Scoring
+
+
+def candidate_score(mean_token_score: float, scoring: Scoring) -> float:
+    """Turn a verifier's mean per-token score of one candidate into a positive score.
+
+    ``mean_logprob`` (the default) gives the geometric-mean token probability, in (0, 1].
+    ``mean_logit`` keeps the raw mean logit, as the reference code does; it can be negative.
+    """
+    if scoring == "mean_logprob":
+        # A log-prob is <= 0; clamp rounding noise so the result stays a probability.
+        return math.exp(min(mean_token_score, 0.0))
+    return mean_token_score
+
+
+def normalise(scores: Sequence[Sequence[float]]) -> list[list[float]]:
+    """Normalise each verifier's row of scores to sum to one: the score matrix S.
+
+    A row whose sum is not positive (every probability underflowed to zero, or raw logits
+    that cancel out) carries no preference, so it becomes uniform.
+    """
+    matrix = []
+    for row in scores:
+        total = math.fsum(row)
+        if total > 0 and math.isfinite(total):
+            matrix.append([s / total for s in row])
+        else:
+            matrix.append([1.0 / len(row)] * len(row))
+    return matrix
+
+
+def rewards(
+    matrix: Sequence[Sequence[float]],
+    verifiers: Sequence[int],
+    drafters: Sequence[int],
+    members: int,
+) -> list[float | None]:
+    """Win-rate reward of every member, from the score matrix.
+
+    ``matrix[j][k]`` is verifier ``verifiers[j]``'s normalised score of the candidate drafted
+    by member ``drafters[k]``. A member's wins count the pairs (verifier j, rival candidate k)
+    with neither drafted nor verified by itself where its own candidate scores at least as
+    high as the rival: ``wins_i = #{(j, k): j != i, k != i, S[j, i] >= S[j, k]}``, floored at
+    one and divided by the number of such pairs, so rewards lie in (0, 1].
+
+    A member with no candidate, or with no other verifier and no rival candidate to be
+    judged against, has no reward (``None``). The result has one entry per member.
+    """
+    result: list[float | None] = [None] * members
+    for ki, i in enumerate(drafters):
+        rows = [j for j, v in enumerate(verifiers) if v != i]
+        rivals = [k for k, d in enumerate(drafters) if d != i]
+        pairs = len(rows) * len(rivals)
+        if pairs == 0:
+            continue
+        wins = sum(1 for j in rows for k in rivals if matrix[j][ki] >= matrix[j][k])
+        result[i] = max(wins, 1) / pairs
+    return result
+
+
+def hedge_update(
+    weights: Sequence[float],
+    member_rewards: Sequence[float | None],
+    learning_rate: float,
+    round_index: int,
+) -> list[float]:
+    """One multiplicative-weights (Hedge) step, renormalised to sum to one.
+
+    ``eta_t = learning_rate * sqrt(1 / K) / t`` for round ``t`` (1-based) and K members;
+    ``w <- w * exp(eta_t * r)``. A member without a reward this round (``None``) is treated
+    as neutral: it gets the mean of the others' rewards, so only evidence moves weights.
+    """
+    if round_index < 1:
+        raise ValueError(f"round_index is 1-based, got {round_index}")
+    known = [r for r in member_rewards if r is not None]
+    if learning_rate == 0 or not known:
+        return list(weights)
+    neutral = math.fsum(known) / len(known)
+    eta = learning_rate * math.sqrt(1.0 / len(weights)) / round_index
+    # Subtract the largest exponent before exp() so large learning rates cannot overflow.
+    exponents = [
+        math.log(w) + eta * (neutral if r is None else r) if w > 0 else -math.inf
+        for w, r in zip(weights, member_rewards)
+    ]
+    top = max(exponents)
+    raw = [math.exp(e - top) for e in exponents]
+    total = math.fsum(raw)
+    return [x / total for x in raw]
+
+
+def select(matrix: Sequence[Sequence[float]], verifier_weights: Sequence[float]) -> int:
+    """Index of the winning candidate: ``argmax_k sum_j w_j * S[j, k]``.
+
+    Ties go to the lowest index, so the choice is deterministic.
+    """
+    totals = [
+        math.fsum(w * row[k] for w, row in zip(verifier_weights, matrix))
+        for k in range(len(matrix[0]))
+    ]
+    return max(range(len(totals)), key=lambda k: (totals[k], -k))

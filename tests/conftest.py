@@ -1,0 +1,26 @@
+"""Shared fixtures: tiny random models built offline, and the embedded default ensemble."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+sys.path.insert(0, str(Path(__file__).parent))
+
+
+@pytest.fixture(scope="session")
+def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Folders of tiny random models: "llama", "qwen2" and "plain" (no chat template)."""
+    from tiny_models import build_model
+
+    root = tmp_path_factory.mktemp("tiny")
+    return {
+        "llama": build_model(root / "llama", "llama"),
+        "qwen2": build_model(root / "qwen2", "qwen2"),
+        "plain": build_model(root / "plain", "llama", chat_template=False),
+    }

@@ -1,0 +1,86 @@
+"""In-line verification must score exactly like scoring each candidate on its own."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from specem_chain.backends.base import Segment
+from specem_chain.backends.transformers import TransformersBackend, inline_mask
+from specem_chain.members import Member, Sampling
+
+QUESTION = [{"role": "user", "content": "How many clips did Natalia sell altogether?"}]
+
+
+def separate_scores(
+    backend: TransformersBackend, context: list[int], candidates: list[list[int]], scoring: str
+) -> list[float]:
+    """Score each candidate with a fresh forward pass over context + candidate, no cache."""
+    scores = []
+    for candidate in candidates:
+        ids = torch.tensor([context + candidate])
+        with torch.inference_mode():
+            logits = backend.model(input_ids=ids).logits[0].float()
+        predictors = logits[len(context) - 1 : len(context) - 1 + len(candidate)]
+        if scoring == "mean_logprob":
+            predictors = torch.log_softmax(predictors, dim=-1)
+        target = torch.tensor(candidate)[:, None]
+        scores.append(predictors.gather(1, target).mean().item())
+    return scores
+
+
+@pytest.mark.parametrize("architecture", ["llama", "qwen2"])
+@pytest.mark.parametrize("scoring", ["mean_logprob", "mean_logit"])
+async def test_inline_scores_equal_separate_scores(tiny_models, architecture, scoring):
+    backend = TransformersBackend.load(Member.local(str(tiny_models[architecture])))
+    session = await backend.open(QUESTION)
+    await session.accept(Segment(" Natalia sold"))  # a context that grew after the prompt
+    prefix = session.cache.get_seq_length()
+    candidates = [
+        Segment(" 48 clips in April and half as many in May"),
+        Segment(" clips"),  # a single token
+        Segment(" The quick brown fox"),
+        Segment(" 72", finished=True),  # scored with the end-of-turn token
+        Segment("", finished=True),  # only the end-of-turn token
+    ]
+    encoded = [session._encode(c) for c in candidates]
+    assert len(encoded[1]) == 1 and len(encoded[4]) == 1
+    assert len({len(e) for e in encoded}) > 2  # unequal lengths
+
+    inline = await session.score(candidates, scoring)
+    separate = separate_scores(backend, session.ids, encoded, scoring)
+
+    assert max(abs(a - b) for a, b in zip(inline, separate)) <= 1e-4
+    assert session.cache.get_seq_length() == prefix  # cropped back to the prefix
+
+
+@pytest.mark.parametrize("architecture", ["llama", "qwen2"])
+async def test_cache_reuse_matches_a_fresh_read(tiny_models, architecture):
+    """After drafting, verifying and accepting, the cached state equals a fresh read."""
+    backend = TransformersBackend.load(Member.local(str(tiny_models[architecture])))
+    session = await backend.open(QUESTION)
+    for seed in range(3):
+        draft = await session.draft(6, Sampling(), seed)
+        await session.score([Segment(draft.text or " x"), Segment(" 5")], "mean_logprob")
+        await session.accept(Segment(draft.text or " x"))
+    assert session.cache.get_seq_length() == len(session.ids)
+    with torch.inference_mode():
+        fresh = backend.model(input_ids=torch.tensor([session.ids])).logits[0, -1].float()
+    assert torch.allclose(session.next_logits, fresh, atol=1e-4)
+
+
+def test_inline_mask_lets_each_candidate_see_only_prefix_and_itself():
+    mask = inline_mask([2, 1], prefix=3, dtype=torch.float32, device=torch.device("cpu"))
+    allowed = (mask[0, 0] == 0).int().tolist()
+    assert allowed == [
+        [1, 1, 1, 1, 0, 0],
+        [1, 1, 1, 1, 1, 0],
+        [1, 1, 1, 0, 0, 1],
+    ]
+
+
+async def test_drafting_is_reproducible_with_a_seed(tiny_models):
+    backend = TransformersBackend.load(Member.local(str(tiny_models["qwen2"])))
+    first = await (await backend.open(QUESTION)).draft(8, Sampling(), 123)
+    again = await (await backend.open(QUESTION)).draft(8, Sampling(), 123)
+    assert first == again

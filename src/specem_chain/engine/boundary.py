@@ -16,9 +16,19 @@ def _spaceless(char: str) -> bool:
     if not char.isalpha():
         return False
     name = unicodedata.name(char, "")
-    return name.startswith(
-        ("CJK ", "HIRAGANA", "KATAKANA", "HANGUL", "THAI", "LAO", "KHMER", "MYANMAR")
-    )
+    return name.startswith(("CJK ", "HIRAGANA", "KATAKANA", "THAI", "LAO", "KHMER", "MYANMAR"))
+
+
+def _mark(char: str) -> bool:
+    """A combining mark belongs to the character before it; never cut between them."""
+    return unicodedata.category(char).startswith("M")
+
+
+def _before_spaces(text: str, end: int) -> int:
+    """``end`` moved back over the spaces (not newlines) just before it."""
+    while end > 0 and text[end - 1].isspace() and text[end - 1] != "\n":
+        end -= 1
+    return end
 
 
 def last_boundary(text: str) -> int:
@@ -27,23 +37,20 @@ def last_boundary(text: str) -> int:
     - A newline ends a prefix and is kept (``"Done.\\n"`` stays whole).
     - A run of other whitespace ends the prefix before it, so the next segment starts with
       the space, as BPE tokenizers expect (``"Hello wor"`` -> ``"Hello"``).
-    - Between characters of a space-less script every position is a boundary, so the last
-      (possibly partial) character is left for the next round.
+    - Between characters of a space-less script (Chinese, Japanese, Thai...) every position
+      is a boundary, so the last, possibly partial, character is left for the next round.
+      A combining mark stays with its base character.
     Returns ``len(text)`` when there is no such prefix: a draft that is one word is kept.
     """
     for i in range(len(text) - 1, 0, -1):
         char = text[i]
         if char == "\n":
             return i + 1
-        if char.isspace():
-            start = i
-            while start > 0 and text[start - 1].isspace() and text[start - 1] != "\n":
-                start -= 1
-            if start > 0:
-                return start
-            continue
-        if _spaceless(char) or _spaceless(text[i - 1]):
-            return i
+        between_words = char.isspace() or (
+            not _mark(char) and (_spaceless(char) or _spaceless(text[i - 1]))
+        )
+        if between_words and (cut := _before_spaces(text, i)) > 0:
+            return cut
     return len(text)
 
 

@@ -82,8 +82,12 @@ class RoundEvent:
         return self.finish_reason is not None
 
 
-def _round_seed(base: int, member: int, round_index: int) -> int:
-    return (base * 1_000_003 + member * 7_919 + round_index) % (2**63)
+REDRAFTS = 3
+"""Drafting attempts per round before a round where every draft is empty fails."""
+
+
+def _round_seed(base: int, member: int, round_index: int, attempt: int) -> int:
+    return (base * 1_000_003 + member * 7_919 + round_index + attempt * 104_729) % (2**63)
 
 
 async def run_rounds(seats: Sequence[Seat], config: EngineConfig) -> AsyncIterator[RoundEvent]:
@@ -103,26 +107,34 @@ async def run_rounds(seats: Sequence[Seat], config: EngineConfig) -> AsyncIterat
     for round_index in itertools.count(1):
         window = min(config.window, config.max_tokens - answer_tokens)
         started = time.perf_counter()
-        drafts: list[Draft] = await asyncio.gather(
-            *(
-                seats[i].session.draft(
-                    window, seats[i].member.sampling, _round_seed(base_seed, i, round_index)
+        drafted_tokens = dict.fromkeys((names[i] for i in drafters), 0)
+        for attempt in range(REDRAFTS):
+            drafts: list[Draft] = await asyncio.gather(
+                *(
+                    seats[i].session.draft(
+                        window,
+                        seats[i].member.sampling,
+                        _round_seed(base_seed, i, round_index, attempt),
+                    )
+                    for i in drafters
                 )
-                for i in drafters
             )
-        )
-        drafted = time.perf_counter()
-        candidates = [
-            Candidate(names[i], clean_boundary(d.text, d.finished), d.finished, d.tokens)
-            for i, d in zip(drafters, drafts)
-        ]
-        # A candidate with no text that does not end the turn would accept nothing.
-        live = [k for k, c in enumerate(candidates) if c.text or c.finished]
-        if not live:
+            for i, d in zip(drafters, drafts):
+                drafted_tokens[names[i]] += d.tokens
+            candidates = [
+                Candidate(names[i], clean_boundary(d.text, d.finished), d.finished, d.tokens)
+                for i, d in zip(drafters, drafts)
+            ]
+            # A candidate with no text that does not end the turn would accept nothing.
+            live = [k for k, c in enumerate(candidates) if c.text or c.finished]
+            if live:
+                break
+        else:
             raise EnsembleError(
-                f"round {round_index}: every member drafted an empty segment; "
+                f"round {round_index}: every member drafted an empty segment {REDRAFTS} times; "
                 "the members cannot continue this answer"
             )
+        drafted = time.perf_counter()
 
         finished_live = [k for k in live if candidates[k].finished]
         verified = len(live) > 1 and not (config.fast_finish and finished_live)
@@ -182,7 +194,7 @@ async def run_rounds(seats: Sequence[Seat], config: EngineConfig) -> AsyncIterat
             ),
             verified=verified,
             answer_tokens=answer_tokens,
-            drafted_tokens={names[i]: d.tokens for i, d in zip(drafters, drafts)},
+            drafted_tokens=drafted_tokens,
         )
         if finish:
             return

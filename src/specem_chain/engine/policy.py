@@ -27,12 +27,13 @@ def candidate_score(mean_token_score: float, scoring: Scoring) -> float:
 def normalise(scores: Sequence[Sequence[float]]) -> list[list[float]]:
     """Normalise each verifier's row of scores to sum to one: the score matrix S.
 
-    A row whose sum is not positive (every probability underflowed to zero, or raw logits
-    that cancel out) carries no preference, so it becomes uniform.
+    A row whose sum is not positive and finite (every probability underflowed to zero, or
+    raw logits that cancel out or overflow) carries no usable preference: it becomes uniform.
     """
     matrix = []
     for row in scores:
-        total = math.fsum(row)
+        # Plain sum: unlike fsum it turns overflow and inf - inf into inf/nan, not errors.
+        total = sum(row)
         if total > 0 and math.isfinite(total):
             matrix.append([s / total for s in row])
         else:

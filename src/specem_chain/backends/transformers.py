@@ -31,6 +31,9 @@ from ..members import Member, Sampling
 from .base import Draft, Scoring, Segment
 from .chat import PLAIN_STOP, Message, plain_transcript
 
+MAX_CHARACTER_TOKENS = 3
+"""Extra tokens a draft may take to finish a character (UTF-8 has at most 4 bytes)."""
+
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -229,7 +232,6 @@ class TransformersSession:
     @torch.inference_mode()
     def _draft(self, window: int, sampling: Sampling, seed: int) -> Draft:
         assert self.next_logits is not None
-        window = min(window, self.backend.max_context - len(self.ids))
         generator = torch.Generator(self.backend.device).manual_seed(seed)
         warpers = LogitsProcessorList()
         if sampling.temperature > 0:
@@ -238,15 +240,20 @@ class TransformersSession:
                 warpers.append(TopPLogitsWarper(sampling.top_p))
         prefix = self.cache.get_seq_length()
         logits, tokens, finished = self.next_logits, [], False
+        # Past the window, draft only to complete a character whose bytes it cut apart.
+        limit = min(window + MAX_CHARACTER_TOKENS, self.backend.max_context - len(self.ids))
         try:
-            for step in range(window):
+            while len(tokens) < limit:
                 token = _sample(logits, warpers, sampling.temperature, generator, tokens)
                 if token in self.backend.end_of_turn:
                     finished = True
                     break
                 tokens.append(token)
-                if step + 1 < window:
-                    logits = self._forward([token])[-1]
+                if len(tokens) >= limit or (
+                    len(tokens) >= window and not self._decode(tokens).endswith("\ufffd")
+                ):
+                    break
+                logits = self._forward([token])[-1]
         finally:
             self._rollback(prefix)
         text = self._decode(tokens)

@@ -1,0 +1,69 @@
+"""The specem command: streaming, JSON output, and clear errors for bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from specem_chain.cli import app
+
+runner = CliRunner()
+
+
+def specem(*args: str):
+    return runner.invoke(app, list(args))
+
+
+@pytest.fixture
+def pair_args(tiny_models) -> list[str]:
+    return ["-m", str(tiny_models["llama"]), "-m", str(tiny_models["qwen2"])]
+
+
+def test_json_output_has_text_segments_members_usage_and_finish(pair_args):
+    result = specem(
+        "chat", "How many clips?", *pair_args, "--seed", "1", "--max-tokens", "20", "--json"
+    )
+    assert result.exit_code == 0, result.output
+    answer = json.loads(result.stdout)
+    assert set(answer) >= {"text", "segments", "members", "usage", "finish_reason"}
+    assert answer["members"] == ["llama", "qwen2"]
+    assert answer["text"] == "".join(s["text"] for s in answer["segments"])
+    for segment in answer["segments"]:
+        assert segment["member"] in answer["members"]
+        assert {c["member"] for c in segment["candidates"]} <= set(answer["members"])
+        assert set(segment["weights"]) == set(answer["members"])
+    assert answer["usage"]["input_tokens"] > 0
+
+
+def test_streaming_prints_the_answer_and_a_summary(pair_args):
+    result = specem("chat", "How many clips?", *pair_args, "--seed", "2", "--max-tokens", "12")
+    assert result.exit_code == 0, result.output
+    assert "wins" in result.stdout and "weight" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["chat", "hi", "-m", "no-such-model"], "unknown member 'no-such-model'"),
+        (["chat", "hi", "-m", "/no/such/folder"], "does not exist"),
+        (["chat", "hi", "-m", "./missing.gguf"], "does not exist"),
+        (["chat", "hi", "--window", "0"], "--window: Input should be greater than or equal to 1"),
+        (["chat", "hi", "--max-tokens", "0"], "--max-tokens"),
+        (["chat", "hi", "--scoring", "best"], "--scoring"),
+        (["chat", "   "], "the prompt is empty"),
+    ],
+)
+def test_bad_input_gets_a_clear_error_and_no_traceback(args, message):
+    result = specem(*args)
+    assert result.exit_code == 2
+    assert message in " ".join(result.stderr.split())
+    assert "Traceback" not in result.output
+
+
+def test_a_prompt_longer_than_a_members_context_is_a_clear_error(pair_args):
+    result = specem("chat", "clips " * 400, *pair_args)
+    assert result.exit_code == 2
+    assert "context holds 256" in " ".join(result.stderr.split())
+    assert "Traceback" not in result.output

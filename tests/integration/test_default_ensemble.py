@@ -1,0 +1,50 @@
+"""The embedded default ensemble: two model families writing one answer together."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from reference_scoring import QUESTION, separate_scores
+from typer.testing import CliRunner
+
+from specem_chain.backends.base import Segment
+from specem_chain.cli import app
+from specem_chain.defaults import DEFAULT_MEMBERS
+from specem_chain.ensemble import load_backend
+from specem_chain.members import Member
+
+pytestmark = pytest.mark.models
+
+NATALIA = (
+    "Natalia sold clips to 48 of her friends in April, and then she sold half as many "
+    "clips in May. How many clips did Natalia sell altogether?"
+)
+
+
+@pytest.mark.parametrize("name", DEFAULT_MEMBERS)
+async def test_inline_scores_equal_separate_scores_on_the_real_members(name):
+    backend = load_backend(Member(source=name))
+    assert backend.model.config.model_type in ("llama", "qwen2")
+    session = await backend.open(QUESTION)
+    candidates = [
+        Segment(" She sold 48 clips in April"),
+        Segment(" 72"),
+        Segment(" So"),
+        Segment(" The answer is 72.", finished=True),
+    ]
+    encoded = [session._encode(c) for c in candidates]
+    assert min(len(e) for e in encoded) == 1
+    inline = await session.score(candidates, "mean_logprob")
+    separate = separate_scores(backend, session.ids, encoded, "mean_logprob")
+    assert max(abs(a - b) for a, b in zip(inline, separate)) <= 1e-4
+
+
+def test_the_default_ensemble_answers_with_segments_from_both_families():
+    result = CliRunner().invoke(app, ["chat", NATALIA, "--json", "--seed", "0"])
+    assert result.exit_code == 0, result.output
+    answer = json.loads(result.stdout)
+    assert answer["text"].strip()
+    assert answer["members"] == list(DEFAULT_MEMBERS)
+    assert {s["member"] for s in answer["segments"]} == set(DEFAULT_MEMBERS)
+    assert answer["finish_reason"] in ("end_of_turn", "length")

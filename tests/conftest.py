@@ -15,12 +15,14 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 @pytest.fixture(scope="session")
 def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Folders of tiny random models: "llama", "qwen2" and "plain" (no chat template)."""
-    from tiny_models import build_model
+    """Folders of tiny random models: "llama", "qwen2", "plain" (no chat template) and
+    "nosystem" (a template that rejects a system turn)."""
+    from tiny_models import NO_SYSTEM_TEMPLATE, build_model
 
     root = tmp_path_factory.mktemp("tiny")
     return {
         "llama": build_model(root / "llama", "llama"),
         "qwen2": build_model(root / "qwen2", "qwen2"),
-        "plain": build_model(root / "plain", "llama", chat_template=False),
+        "plain": build_model(root / "plain", "llama", chat_template=None),
+        "nosystem": build_model(root / "nosystem", "qwen2", chat_template=NO_SYSTEM_TEMPLATE),
     }

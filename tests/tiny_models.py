@@ -49,12 +49,23 @@ def build_tokenizer(folder: Path, vocab_size: int = 400) -> PreTrainedTokenizerF
     return fast
 
 
-def build_model(folder: Path, architecture: str, *, chat_template: bool = True) -> Path:
+NO_SYSTEM_TEMPLATE = (
+    "{% for m in messages %}{% if m['role'] == 'system' %}"
+    "{{ raise_exception('System role not supported') }}{% endif %}"
+    "<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+"""A template that rejects a system turn, as some real ones (Gemma 2, Mistral) do."""
+
+
+def build_model(
+    folder: Path, architecture: str, *, chat_template: str | None = CHAT_TEMPLATE
+) -> Path:
     """Save a tiny random model of ``architecture`` ("llama" or "qwen2") into ``folder``."""
     folder.mkdir(parents=True, exist_ok=True)
     tokenizer = build_tokenizer(folder)
-    if not chat_template:
-        tokenizer.chat_template = None
+    if chat_template != CHAT_TEMPLATE:
+        tokenizer.chat_template = chat_template
         tokenizer.save_pretrained(folder)
     config_class = {"llama": LlamaConfig, "qwen2": Qwen2Config}[architecture]
     config = config_class(

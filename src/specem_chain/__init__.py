@@ -1,1 +1,7 @@
 """specem-chain: ensemble LLMs by next-segment prediction (SpecEM)."""
+
+from .chat_model import SpecEMChatModel
+from .engine import EngineConfig
+from .members import Member, Sampling
+
+__all__ = ["EngineConfig", "Member", "Sampling", "SpecEMChatModel"]

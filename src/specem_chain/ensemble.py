@@ -114,17 +114,7 @@ class Answer:
 
     def segments(self) -> list[dict[str, object]]:
         """Per-round provenance: the accepted text, its member, the candidates and scores."""
-        return [
-            {
-                "text": e.segment,
-                "member": e.winner,
-                "candidates": [{"member": c.member, "text": c.text} for c in e.candidates],
-                "verifiers": list(e.verifiers),
-                "scores": [list(row) for row in e.scores],
-                "weights": e.weights,
-            }
-            for e in self.rounds
-        ]
+        return [segment_record(e) for e in self.rounds]
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -136,3 +126,15 @@ class Answer:
             "usage": self.usage(),
             "finish_reason": self.finish_reason,
         }
+
+
+def segment_record(event: RoundEvent) -> dict[str, object]:
+    """One round's provenance as plain data: text, member, candidates, scores, weights."""
+    return {
+        "text": event.segment,
+        "member": event.winner,
+        "candidates": [{"member": c.member, "text": c.text} for c in event.candidates],
+        "verifiers": list(event.verifiers),
+        "scores": [list(row) for row in event.scores],
+        "weights": event.weights,
+    }

@@ -1,0 +1,304 @@
+"""SpecEMChatModel: the ensemble as a LangChain chat model."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator, Awaitable, Iterator, Sequence
+from typing import Any, TypeVar
+
+from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
+from langchain_core.language_models import BaseChatModel, LangSmithParams
+from langchain_core.language_models.chat_models import generate_from_stream
+from langchain_core.messages import AIMessageChunk, BaseMessage
+from langchain_core.messages.ai import UsageMetadata
+from langchain_core.outputs import ChatGenerationChunk, ChatResult
+from pydantic import Field, field_validator, model_validator
+
+from .backends.base import Scoring
+from .backends.chat import Message
+from .defaults import DEFAULT_MEMBERS
+from .engine import EngineConfig
+from .ensemble import Answer, answer_rounds, segment_record
+from .members import Member
+
+ENGINE_SETTINGS = ("window", "max_tokens", "learning_rate", "scoring", "fast_finish", "seed")
+CALL_SETTINGS = (*ENGINE_SETTINGS, "temperature", "timeout")
+ROLES = {"system": "system", "human": "user", "ai": "assistant"}
+FINISH_REASONS = {"end_of_turn": "stop", "stop_sequence": "stop", "length": "length"}
+
+T = TypeVar("T")
+
+
+class SpecEMChatModel(BaseChatModel):
+    """Several LLMs answer together, one segment at a time (SpecEM).
+
+    ``SpecEMChatModel()`` uses the embedded default ensemble. Members are
+    :class:`~specem_chain.Member` objects or member specs (a built-in name, a model folder,
+    a ``.gguf`` file or a hub id). Models load on first use and are shared by every request;
+    each request has its own sessions, weights and provenance.
+    """
+
+    members: list[Member] = Field(
+        default_factory=lambda: [Member(source=name) for name in DEFAULT_MEMBERS]
+    )
+    window: int = 10
+    max_tokens: int = 256
+    learning_rate: float = 1.0
+    scoring: Scoring = "mean_logprob"
+    fast_finish: bool = False
+    seed: int | None = None
+    stop: list[str] | None = None
+    temperature: float | None = Field(
+        None, ge=0.0, description="Every member's sampling temperature; unset keeps each own."
+    )
+    timeout: float | None = Field(None, gt=0, description="Seconds one answer may take.")
+
+    @field_validator("members", mode="before")
+    @classmethod
+    def _members_from_specs(cls, members: Any) -> Any:
+        if isinstance(members, (str, Member)):
+            members = [members]
+        if isinstance(members, Sequence) and not members:
+            raise ValueError("give at least one member")
+        if isinstance(members, Sequence):
+            return [Member(source=m) if isinstance(m, str) else m for m in members]
+        return members
+
+    @model_validator(mode="after")
+    def _valid_engine_settings(self) -> SpecEMChatModel:
+        self._engine_config(None, {})  # raises a ValidationError that names the setting
+        labels = [m.label for m in self.members]
+        if len(set(labels)) != len(labels):
+            raise ValueError(f"member names must be unique, got {labels}; set Member.name")
+        return self
+
+    @property
+    def _llm_type(self) -> str:
+        return "specem"
+
+    @property
+    def model_name(self) -> str:
+        """A readable name for the ensemble, naming its members."""
+        return "specem[" + ", ".join(m.label for m in self.members) + "]"
+
+    @property
+    def _identifying_params(self) -> dict[str, Any]:
+        return {
+            "members": [m.model_dump() for m in self.members],
+            **{name: getattr(self, name) for name in CALL_SETTINGS},
+            "stop": self.stop,
+        }
+
+    def _get_ls_params(self, stop: list[str] | None = None, **kwargs: Any) -> LangSmithParams:
+        params = super()._get_ls_params(stop=stop, **kwargs)
+        params["ls_provider"] = "specem"
+        params["ls_model_name"] = kwargs.get("model", self.model_name)
+        params["ls_max_tokens"] = kwargs.get("max_tokens", self.max_tokens)
+        temperature = kwargs.get("temperature", self.temperature)
+        if temperature is not None:
+            params["ls_temperature"] = temperature
+        if stop or self.stop:
+            params["ls_stop"] = [*(self.stop or []), *(stop or [])]
+        return params
+
+    def _engine_config(self, stop: list[str] | None, overrides: dict[str, Any]) -> EngineConfig:
+        unknown = [k for k in overrides if k not in CALL_SETTINGS and not k.startswith("ls_")]
+        if unknown:
+            raise TypeError(
+                f"unsupported call arguments {unknown}; per call you may set "
+                f"{', '.join(CALL_SETTINGS)} and stop"
+            )
+        settings = {name: overrides.get(name, getattr(self, name)) for name in ENGINE_SETTINGS}
+        return EngineConfig(**settings, stop=(*(self.stop or ()), *(stop or ())))
+
+    # -- the streaming core ------------------------------------------------------------
+
+    async def _rounds(
+        self, messages: list[BaseMessage], stop: list[str] | None, kwargs: dict[str, Any]
+    ) -> AsyncIterator[ChatGenerationChunk]:
+        """One chunk per accepted segment, with its provenance; the last carries the rest."""
+        conversation = to_conversation(messages)
+        config = self._engine_config(stop, kwargs)
+        members = self._members(kwargs.get("temperature", self.temperature))
+        timeout = kwargs.get("timeout", self.timeout)
+        answer = Answer(members=[m.label for m in members])
+        rounds = answer_rounds(members, conversation, config)
+        async for event, prompt_tokens in within(rounds, timeout):
+            first = not answer.rounds
+            answer.prompt_tokens = prompt_tokens
+            answer.add(event)
+            input_tokens = sum(prompt_tokens.values()) if first else 0
+            output_tokens = sum(event.drafted_tokens.values())
+            usage = UsageMetadata(
+                input_tokens=input_tokens,
+                output_tokens=output_tokens,
+                total_tokens=input_tokens + output_tokens,
+            )
+            # Lists concatenate when LangChain adds chunks, so each chunk carries its own
+            # segment and the joined message carries them all, in order.
+            metadata = self._final_metadata(answer) if event.finished else {"specem": {}}
+            metadata["specem"]["segments"] = [segment_record(event)]
+            message = AIMessageChunk(
+                content=event.text,
+                usage_metadata=usage,
+                response_metadata=metadata,
+                chunk_position="last" if event.finished else None,
+            )
+            yield ChatGenerationChunk(message=message)
+
+    def _members(self, temperature: float | None) -> list[Member]:
+        if temperature is None:
+            return self.members
+        return [
+            m.model_copy(
+                update={"sampling": m.sampling.model_copy(update={"temperature": temperature})}
+            )
+            for m in self.members
+        ]
+
+    def _final_metadata(self, answer: Answer) -> dict[str, Any]:
+        usage = answer.usage()
+        return {
+            "model_name": self.model_name,
+            "model_provider": "specem",
+            "finish_reason": FINISH_REASONS[answer.finish_reason or "end_of_turn"],
+            "specem": {
+                "finish_reason": answer.finish_reason,
+                "wins": answer.wins,
+                "weights": answer.weights,
+                "usage": usage["per_member"],
+                "answer_tokens": usage["answer_tokens"],
+            },
+        }
+
+    # -- LangChain's four entry points ------------------------------------------------
+
+    async def _astream(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> AsyncIterator[ChatGenerationChunk]:
+        # LangChain's astream() reports each chunk to the callbacks itself.
+        async for chunk in self._rounds(messages, stop, kwargs):
+            yield chunk
+
+    async def _agenerate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        chunks = []
+        async for chunk in self._rounds(messages, stop, kwargs):
+            if run_manager:
+                await run_manager.on_llm_new_token(chunk.text, chunk=chunk)
+            chunks.append(chunk)
+        return generate_from_stream(iter(chunks))
+
+    def _stream(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> Iterator[ChatGenerationChunk]:
+        rounds = self._rounds(messages, stop, kwargs)
+        try:
+            while True:
+                try:
+                    yield _run(rounds.__anext__())
+                except StopAsyncIteration:
+                    return
+        finally:
+            _run(rounds.aclose())
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        chunks = []
+        for chunk in self._stream(messages, stop, **kwargs):
+            if run_manager:
+                run_manager.on_llm_new_token(chunk.text, chunk=chunk)
+            chunks.append(chunk)
+        return generate_from_stream(iter(chunks))
+
+
+async def within(rounds: AsyncIterator[T], timeout: float | None) -> AsyncIterator[T]:
+    """The items of ``rounds``, failing with TimeoutError once ``timeout`` seconds pass."""
+    loop = asyncio.get_running_loop()
+    deadline = None if timeout is None else loop.time() + timeout
+    try:
+        while True:
+            remaining = None if deadline is None else max(deadline - loop.time(), 0)
+            try:
+                yield await asyncio.wait_for(rounds.__anext__(), remaining)
+            except StopAsyncIteration:
+                return
+            except asyncio.TimeoutError:
+                raise TimeoutError(f"the answer took longer than timeout={timeout} s") from None
+    finally:
+        await rounds.aclose()
+
+
+def text_of(message: BaseMessage, index: int) -> str:
+    """The text of a message; content blocks other than text get a clear error."""
+    if isinstance(message.content, str):
+        return message.content
+    parts = []
+    for block in message.content:
+        if isinstance(block, str):
+            parts.append(block)
+        elif block.get("type") == "text":
+            parts.append(block["text"])
+        else:
+            raise ValueError(
+                f"message {index} ({message.type}) has a {block.get('type')!r} content block; "
+                "SpecEMChatModel accepts text content only"
+            )
+    return "".join(parts)
+
+
+def to_conversation(messages: Sequence[BaseMessage]) -> list[Message]:
+    """LangChain messages as chat-template turns, merging consecutive turns of one role."""
+    conversation: list[Message] = []
+    for index, message in enumerate(messages):
+        role = ROLES.get(message.type) or getattr(message, "role", None)
+        if role not in ROLES.values():
+            raise ValueError(
+                f"message {index} is a {message.type!r} message; SpecEMChatModel accepts "
+                "system, human and ai messages"
+            )
+        text = text_of(message, index)
+        if conversation and conversation[-1]["role"] == role:
+            conversation[-1]["content"] += "\n\n" + text
+        else:
+            conversation.append({"role": role, "content": text})
+    return conversation
+
+
+# -- running the async engine from synchronous code ---------------------------------------
+
+_loop: asyncio.AbstractEventLoop | None = None
+_loop_lock = threading.Lock()
+
+
+def _run(awaitable: Awaitable[T]) -> T:
+    """Run on the package's own event-loop thread, so sync calls work inside a running loop."""
+    global _loop
+    with _loop_lock:
+        if _loop is None:
+            _loop = asyncio.new_event_loop()
+            threading.Thread(target=_loop.run_forever, name="specem-loop", daemon=True).start()
+    return asyncio.run_coroutine_threadsafe(_wrap(awaitable), _loop).result()
+
+
+async def _wrap(awaitable: Awaitable[T]) -> T:
+    return await awaitable

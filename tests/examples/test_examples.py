@@ -1,0 +1,65 @@
+"""Every example runs offline on the embedded default ensemble."""
+
+from __future__ import annotations
+
+import io
+import sys
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from specem_chain import SpecEMChatModel
+
+sys.path.insert(0, str(Path(__file__).parents[2] / "examples"))
+
+pytestmark = pytest.mark.models
+
+
+@pytest.fixture(scope="module")
+def llm() -> SpecEMChatModel:
+    return SpecEMChatModel(seed=0, max_tokens=48)
+
+
+def test_lcel_chain_returns_a_string(llm):
+    from lcel_chain import build_chain
+
+    answer = build_chain(llm).invoke({"question": "What is 15% of 80?"})
+    assert isinstance(answer, str) and answer.strip()
+
+
+def test_rag_retrieves_the_right_document_and_answers_from_it():
+    from rag import build_rag_chain, build_retriever
+
+    retriever = build_retriever()
+    question = "How long is the warranty on the Zephyr-9 kettle?"
+    top = retriever.invoke(question)[0].page_content
+    assert "Zephyr-9" in top and "7-year warranty" in top
+    answer = build_rag_chain(SpecEMChatModel(temperature=0, max_tokens=40), retriever).invoke(
+        question
+    )
+    assert "7" in answer  # the warranty is stated only in the retrieved text
+
+
+def test_review_graph_drafts_then_reviews(llm):
+    from review_graph import build_graph
+
+    updates = list(build_graph(llm).stream({"question": "What is 12 times 3?"}))
+    assert [next(iter(u)) for u in updates] == ["draft", "review"]
+    assert updates[0]["draft"]["draft"].strip() and updates[1]["review"]["review"].strip()
+
+
+def test_stream_colours_prints_every_segment_in_its_members_colour(llm):
+    from stream_colours import MemberColours
+
+    buffer = io.StringIO()
+    console = Console(file=buffer, force_terminal=True, record=True, width=200)
+    handler = MemberColours(console)
+    full = None
+    for chunk in llm.stream("Why is the sky blue?", config={"callbacks": [handler]}):
+        full = chunk if full is None else full + chunk
+    members = {s["member"] for s in full.response_metadata["specem"]["segments"]}
+    assert set(handler.colours) == members
+    assert "\x1b[" in buffer.getvalue()  # coloured
+    assert console.export_text().startswith(full.content)  # the whole answer, in order
+    assert "members:" in buffer.getvalue()

@@ -1,0 +1,211 @@
+"""SpecEMChatModel beyond the standard suites: isolation, stops, usage, callbacks, errors."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
+
+from specem_chain import Member, SpecEMChatModel
+from specem_chain.backends.transformers import TransformersBackend
+from specem_chain.chat_model import to_conversation
+
+QUESTIONS = [f"How many clips did Natalia sell in month {i}?" for i in range(8)]
+
+
+@pytest.fixture
+def trio(tiny_models) -> list[str]:
+    return [str(tiny_models[name]) for name in ("llama", "qwen2", "plain")]
+
+
+def provenance(message: AIMessage) -> tuple:
+    specem = message.response_metadata["specem"]
+    return message.content, specem["segments"], specem["weights"], specem["wins"]
+
+
+async def test_concurrent_requests_never_share_state(trio):
+    """Each of 8 concurrent requests gets exactly what it gets alone: text, weights, scores."""
+    llm = SpecEMChatModel(members=trio, max_tokens=20, seed=3)
+    alone = [provenance(await llm.ainvoke(q)) for q in QUESTIONS]
+    together = [provenance(m) for m in await llm.abatch(QUESTIONS)]
+    assert together == alone
+    # three members, so the Hedge step moves weights, and differently per request
+    assert len({tuple(p[2].values()) for p in alone}) > 1
+
+
+@pytest.mark.models
+async def test_default_ensemble_abatch_of_8_matches_each_request_alone():
+    llm = SpecEMChatModel(max_tokens=12, seed=1)
+    alone = [provenance(await llm.ainvoke(q)) for q in QUESTIONS]
+    together = [provenance(m) for m in await llm.abatch(QUESTIONS)]
+    assert together == alone
+
+
+def test_sync_entry_points_work_inside_a_running_event_loop(trio):
+    llm = SpecEMChatModel(members=trio, max_tokens=10, seed=2)
+
+    async def call_sync_from_async() -> tuple[str, str, list[str]]:
+        invoked = llm.invoke("How many clips?")
+        streamed = "".join(c.content for c in llm.stream("How many clips?"))
+        batched = [m.content for m in llm.batch(["How many clips?"] * 2)]
+        return invoked.content, streamed, batched
+
+    invoked, streamed, batched = asyncio.run(call_sync_from_async())
+    assert invoked == streamed == batched[0] == batched[1]
+
+
+async def test_stream_gives_one_chunk_per_segment_and_marks_the_last(trio):
+    llm = SpecEMChatModel(members=trio, max_tokens=30, seed=4)
+    chunks = [c async for c in llm.astream("How many clips?")]
+    assert chunks[-1].chunk_position == "last"
+    assert all(c.chunk_position is None for c in chunks[:-1])
+    # every chunk names its own segment's member; strings appear on the last chunk only
+    assert all(len(c.response_metadata["specem"]["segments"]) == 1 for c in chunks)
+    assert all("model_name" not in c.response_metadata for c in chunks[:-1])
+    full = chunks[0]
+    for chunk in chunks[1:]:
+        full += chunk
+    segments = full.response_metadata["specem"]["segments"]
+    assert len(segments) == len(chunks)
+    assert [s["member"] for s in segments] == [
+        c.response_metadata["specem"]["segments"][0]["member"] for c in chunks
+    ]
+    assert full.response_metadata["model_name"] == llm.model_name
+    assert full.content == "".join(s["text"] for s in segments)
+
+
+async def test_usage_counts_prompts_once_and_every_drafted_token(trio):
+    llm = SpecEMChatModel(members=trio, max_tokens=25, seed=5)
+    chunks = [c async for c in llm.astream("How many clips?")]
+    assert chunks[0].usage_metadata["input_tokens"] > 0
+    assert all(c.usage_metadata["input_tokens"] == 0 for c in chunks[1:])
+    full = chunks[0]
+    for chunk in chunks[1:]:
+        full += chunk
+    per_member = full.response_metadata["specem"]["usage"]
+    assert full.usage_metadata["input_tokens"] == sum(
+        m["input_tokens"] for m in per_member.values()
+    )
+    assert full.usage_metadata["output_tokens"] == sum(
+        m["output_tokens"] for m in per_member.values()
+    )
+    invoked = await llm.ainvoke("How many clips?")
+    assert invoked.usage_metadata == full.usage_metadata
+
+
+class SegmentCounter(BaseCallbackHandler):
+    def __init__(self) -> None:
+        self.tokens: list[str] = []
+        self.chunks: list = []
+
+    def on_llm_new_token(self, token: str, *, chunk=None, **kwargs) -> None:
+        self.tokens.append(token)
+        self.chunks.append(chunk)
+
+
+@pytest.mark.parametrize("entry", ["invoke", "stream"])
+def test_on_llm_new_token_fires_once_per_segment(trio, entry):
+    counter = SegmentCounter()
+    llm = SpecEMChatModel(members=trio, max_tokens=30, seed=6, callbacks=[counter])
+    if entry == "invoke":
+        message = llm.invoke("How many clips?")
+    else:
+        message = None
+        for chunk in llm.stream("How many clips?"):
+            message = chunk if message is None else message + chunk
+    segments = message.response_metadata["specem"]["segments"]
+    assert len(counter.tokens) == len(segments)
+    assert "".join(counter.tokens) == message.content
+    assert all(c is not None for c in counter.chunks)
+
+
+@pytest.mark.parametrize("where", ["constructor", "call"])
+def test_stop_sequences_are_honoured_exactly(trio, where):
+    llm = SpecEMChatModel(members=trio, max_tokens=40, seed=7)
+    free = llm.invoke("How many clips?")
+    segments = free.response_metadata["specem"]["segments"]
+    assert len(segments) > 1
+    stop = segments[0]["text"][-1] + segments[1]["text"][:2]  # straddles two segments
+    if where == "constructor":
+        stopped = SpecEMChatModel(members=trio, max_tokens=40, seed=7, stop=[stop]).invoke(
+            "How many clips?"
+        )
+    else:
+        stopped = llm.invoke("How many clips?", stop=[stop])
+    assert stopped.content == free.content[: free.content.index(stop)]
+    assert stopped.response_metadata["finish_reason"] == "stop"
+    assert stopped.response_metadata["specem"]["finish_reason"] == "stop_sequence"
+
+
+def test_temperature_zero_makes_members_greedy(trio):
+    llm = SpecEMChatModel(members=trio, max_tokens=20, temperature=0)
+    assert (
+        llm.invoke("How many clips?", seed=1).content
+        == llm.invoke("How many clips?", seed=2).content
+    )
+
+
+def test_identifying_params_tell_configurations_apart(trio):
+    base = SpecEMChatModel(members=trio)
+    others = [
+        SpecEMChatModel(members=trio, window=5),
+        SpecEMChatModel(members=trio, scoring="mean_logit"),
+        SpecEMChatModel(members=trio[:2]),
+    ]
+    assert all(o._identifying_params != base._identifying_params for o in others)
+    assert "llama" in base.model_name and "qwen2" in base.model_name
+
+
+def test_consecutive_turns_of_one_role_are_merged():
+    conversation = to_conversation(
+        [
+            SystemMessage("a"),
+            SystemMessage("b"),
+            HumanMessage("c"),
+            HumanMessage([{"type": "text", "text": "d"}]),
+            AIMessage("e"),
+            HumanMessage("f"),
+        ]
+    )
+    assert conversation == [
+        {"role": "system", "content": "a\n\nb"},
+        {"role": "user", "content": "c\n\nd"},
+        {"role": "assistant", "content": "e"},
+        {"role": "user", "content": "f"},
+    ]
+
+
+def test_a_system_turn_is_folded_for_templates_that_reject_it(tiny_models):
+    backend = TransformersBackend.load(Member(source=str(tiny_models["nosystem"])))
+    ids, _ = backend.render(
+        [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
+    )
+    text = backend.tokenizer.decode(ids)
+    assert "<|im_start|>system" not in text
+    assert "<|im_start|>user\nBe brief.\n\nHi<|im_end|>" in text
+
+
+def test_non_text_content_gets_a_clear_error(trio):
+    llm = SpecEMChatModel(members=trio, max_tokens=5)
+    image = HumanMessage([{"type": "image", "url": "https://example.com/cat.png"}])
+    with pytest.raises(ValueError, match="'image' content block"):
+        llm.invoke([image])
+    with pytest.raises(ValueError, match="'tool' message"):
+        llm.invoke([HumanMessage("hi"), ToolMessage("42", tool_call_id="x")])
+
+
+def test_bad_settings_and_call_arguments_get_clear_errors(trio):
+    with pytest.raises(ValueError, match="window"):
+        SpecEMChatModel(members=trio, window=0)
+    with pytest.raises(ValueError, match="at least one member"):
+        SpecEMChatModel(members=[])
+    with pytest.raises(TypeError, match="unsupported call arguments"):
+        SpecEMChatModel(members=trio).invoke("hi", top_k=3)
+
+
+async def test_a_timeout_ends_the_request_with_a_clear_error(trio):
+    llm = SpecEMChatModel(members=trio, max_tokens=200, timeout=0.05)
+    with pytest.raises(TimeoutError, match=r"timeout=0\.05"):
+        await llm.ainvoke("How many clips?")

@@ -51,6 +51,27 @@ async def test_cache_reuse_matches_a_fresh_read(tiny_models, architecture):
     assert torch.allclose(session.next_logits, fresh, atol=1e-4)
 
 
+async def test_accepting_a_verified_candidate_reuses_its_cache_entries(tiny_models):
+    backend = TransformersBackend.load(Member.local(str(tiny_models["llama"])))
+    session = await backend.open(QUESTION)
+    await session.score([Segment(" 48 clips"), Segment(" The quick brown fox")], "mean_logprob")
+
+    def no_forward(*args, **kwargs):
+        raise AssertionError("accepting a verified candidate must not run the model")
+
+    session._forward = no_forward
+    await session.accept(Segment(" The quick brown fox"))
+    del session._forward
+    with torch.inference_mode():
+        fresh = backend.model(input_ids=torch.tensor([session.ids])).logits[0, -1].float()
+    assert torch.allclose(session.next_logits, fresh, atol=1e-4)
+    # the cache now equals a fresh read: the next step's logits agree too
+    await session.accept(Segment(" jumps"))
+    with torch.inference_mode():
+        fresh = backend.model(input_ids=torch.tensor([session.ids])).logits[0, -1].float()
+    assert torch.allclose(session.next_logits, fresh, atol=1e-4)
+
+
 def test_inline_mask_lets_each_candidate_see_only_prefix_and_itself():
     mask = inline_mask([2, 1], prefix=3, dtype=torch.float32, device=torch.device("cpu"))
     allowed = (mask[0, 0] == 0).int().tolist()

@@ -162,6 +162,15 @@ def fold_system(messages: list[dict[str, str]]) -> list[dict[str, str]]:
     return [{"role": "user", "content": system}, *rest]
 
 
+@dataclass(frozen=True)
+class Verified:
+    """A candidate's cache entries (per layer) and the logits that follow it."""
+
+    keys: list[torch.Tensor]
+    values: list[torch.Tensor]
+    next_logits: torch.Tensor
+
+
 _loading = threading.Lock()
 _loaded: dict[tuple[str, str, str], TransformersBackend] = {}
 
@@ -179,6 +188,8 @@ class TransformersSession:
         self.cache = DynamicCache()
         self.next_logits: torch.Tensor | None = None
         """Logits that predict the token after the context."""
+        self.verified: dict[tuple[int, ...], Verified] = {}
+        """This round's verified candidates, by token ids, ready to be accepted."""
 
     # -- forward passes -------------------------------------------------------------
 
@@ -226,6 +237,7 @@ class TransformersSession:
     async def aclose(self) -> None:
         self.cache = DynamicCache()
         self.next_logits = None
+        self.verified = {}
 
     # -- implementations ---------------------------------------------------------------
 
@@ -292,6 +304,7 @@ class TransformersSession:
         mask = inline_mask([len(s) for s in sequences], prefix, self.backend.model.dtype, device)
         try:
             logits = self._forward(ids, mask=mask, positions=positions)
+            self._keep_verified(candidates, sequences, prefix, logits)
         finally:
             self._rollback(prefix)
         scores, offset = [], 0
@@ -305,12 +318,42 @@ class TransformersSession:
             offset += len(seq)
         return scores
 
+    def _keep_verified(
+        self,
+        candidates: Sequence[Segment],
+        sequences: list[list[int]],
+        prefix: int,
+        logits: torch.Tensor,
+    ) -> None:
+        """Keep each candidate's cache entries from the verification pass.
+
+        Position ids restart at the prefix for every candidate and each candidate attends
+        only to the prefix and itself, so its entries are exactly those that reading it after
+        the prefix would make: accepting the winner then needs no forward pass.
+        """
+        self.verified, offset = {}, 0
+        for candidate, seq in zip(candidates, sequences):
+            span = slice(prefix + offset, prefix + offset + len(seq))
+            if not candidate.finished:  # a finished candidate ends the answer; never accepted
+                self.verified[tuple(seq)] = Verified(
+                    keys=[layer.keys[..., span, :] for layer in self.cache.layers],
+                    values=[layer.values[..., span, :] for layer in self.cache.layers],
+                    next_logits=logits[offset + len(seq) - 1],
+                )
+            offset += len(seq)
+
     @torch.inference_mode()
     def _accept(self, segment: Segment) -> int:
         ids = self._encode(segment)
-        if ids:
+        verified, self.verified = self.verified.get(tuple(ids)), {}
+        if verified is not None:
+            for layer, keys, values in zip(self.cache.layers, verified.keys, verified.values):
+                layer.keys = torch.cat([layer.keys, keys], dim=-2)
+                layer.values = torch.cat([layer.values, values], dim=-2)
+            self.next_logits = verified.next_logits
+        elif ids:
             self.next_logits = self._forward(ids)[-1]
-            self.ids.extend(ids)
+        self.ids.extend(ids)
         return len(ids)
 
 

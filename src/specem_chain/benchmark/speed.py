@@ -1,0 +1,232 @@
+"""How fast the ensemble answers, against its members alone and against the reference design.
+
+For each answer length N, on the given members (default: the embedded default ensemble,
+window 10, seeded), it measures:
+
+- **tokens/s**: accepted answer tokens per second of wall time;
+- **overhead ratio**: our time per answer token over the sum, across members, of each
+  member's own time per token when it decodes N tokens alone with ``generate`` (KV cache,
+  same sampling), measured in the same run;
+- **growth ratio**: time per token at the longest length over time per token at the shortest;
+- **vs-reference ratio**: the reference design's time per token over ours
+  (:mod:`specem_chain.benchmark.reference`);
+- first-segment latency, and the mean time per round spent drafting, verifying and accepting;
+- the process's peak resident memory.
+
+Models load before any timing. Each figure is reported as min and median over the repeats.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import resource
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..backends.chat import Message
+from ..engine import EngineConfig, RoundEvent, Seat, run_rounds
+from ..ensemble import answer_rounds, load_backend
+from ..members import Member
+from .reference import ReferenceSession
+
+PROMPT: list[Message] = [
+    {
+        "role": "user",
+        "content": "Write the numbers from one to three hundred in words, one per line: "
+        "one, two, three, and so on. Do not stop early.",
+    }
+]
+"""A prompt whose answer is long for every member, so each length is reached."""
+
+
+def _summarise(events: list[RoundEvent], wall: float, first: float) -> dict[str, float]:
+    return {
+        "wall_s": wall,
+        "tokens": events[-1].answer_tokens,
+        "first_segment_s": first,
+        "draft_s": statistics.fmean(e.timing.draft_s for e in events),
+        "verify_s": statistics.fmean(e.timing.verify_s for e in events),
+        "accept_s": statistics.fmean(e.timing.accept_s for e in events),
+    }
+
+
+async def _timed(rounds: Any) -> dict[str, float]:
+    start, first, events = time.perf_counter(), 0.0, []
+    async for item in rounds:
+        event = item[0] if isinstance(item, tuple) else item
+        first = first or time.perf_counter() - start
+        events.append(event)
+    return _summarise(events, time.perf_counter() - start, first)
+
+
+def ensemble_run(members: Sequence[Member], length: int, seed: int) -> dict[str, float]:
+    """One answer of (at most) ``length`` tokens with our engine and sessions."""
+    config = EngineConfig(max_tokens=length, seed=seed)
+    return asyncio.run(_timed(answer_rounds(members, PROMPT, config)))
+
+
+def reference_run(members: Sequence[Member], length: int, seed: int) -> dict[str, float]:
+    """The same answer with the reference design's sessions (no cache, full re-reads)."""
+    config = EngineConfig(max_tokens=length, seed=seed)
+    seats = [Seat(m, ReferenceSession(load_backend(m), PROMPT)) for m in members]
+    return asyncio.run(_timed(run_rounds(seats, config)))
+
+
+def solo_seconds_per_token(member: Member, length: int, seed: int) -> float:
+    """A member's own decoding: ``generate`` for exactly ``length`` new tokens."""
+    backend = load_backend(member)
+    ids, _ = backend.render(PROMPT)
+    torch.manual_seed(seed)
+    start = time.perf_counter()
+    with torch.inference_mode():
+        backend.model.generate(
+            torch.tensor([ids], device=backend.device),
+            max_new_tokens=length,
+            min_new_tokens=length,
+            do_sample=True,
+            temperature=member.sampling.temperature,
+            top_p=member.sampling.top_p,
+            pad_token_id=min(backend.end_of_turn),
+        )
+    return (time.perf_counter() - start) / length
+
+
+def _stats(values: list[float]) -> dict[str, float]:
+    return {"min": min(values), "median": statistics.median(values)}
+
+
+def measure(
+    members: Sequence[Member],
+    lengths: Sequence[int],
+    repeats: int,
+    reference_repeats: int,
+    progress: Callable[[str], None] = lambda _: None,
+) -> dict[str, Any]:
+    """Every figure, as one JSON-ready object."""
+    for member in members:
+        load_backend(member)
+    rows = []
+    for length in lengths:
+        progress(f"length {length}: ensemble")
+        ours = [ensemble_run(members, length, seed) for seed in range(repeats)]
+        progress(f"length {length}: reference design")
+        reference = [reference_run(members, length, seed) for seed in range(reference_repeats)]
+        progress(f"length {length}: members alone")
+        solo = {
+            m.label: [solo_seconds_per_token(m, length, seed) for seed in range(repeats)]
+            for m in members
+        }
+        ours_per_token = [r["wall_s"] / r["tokens"] for r in ours]
+        reference_per_token = [r["wall_s"] / r["tokens"] for r in reference]
+        solo_sum = [sum(values[i] for values in solo.values()) for i in range(repeats)]
+        rows.append(
+            {
+                "length": length,
+                "answer_tokens": _stats([r["tokens"] for r in ours]),
+                "seconds_per_token": _stats(ours_per_token),
+                "tokens_per_s": _stats([1 / p for p in ours_per_token]),
+                "overhead_ratio": _stats([o / s for o, s in zip(ours_per_token, solo_sum)]),
+                "vs_reference_ratio": _stats(
+                    [r / statistics.median(ours_per_token) for r in reference_per_token]
+                ),
+                "reference_seconds_per_token": _stats(reference_per_token),
+                "first_segment_s": _stats([r["first_segment_s"] for r in ours]),
+                "round_s": {
+                    step: _stats([r[f"{step}_s"] for r in ours])
+                    for step in ("draft", "verify", "accept")
+                },
+                "solo_seconds_per_token": {k: _stats(v) for k, v in solo.items()},
+            }
+        )
+    first, last = rows[0], rows[-1]
+    return {
+        "backend": "transformers",
+        "members": [m.label for m in members],
+        "window": EngineConfig().window,
+        "repeats": repeats,
+        "reference_repeats": reference_repeats,
+        "threads": torch.get_num_threads(),
+        "rows": rows,
+        "overhead_ratio": {r["length"]: r["overhead_ratio"]["median"] for r in rows},
+        "vs_reference_ratio": {r["length"]: r["vs_reference_ratio"]["median"] for r in rows},
+        "growth_ratio": last["seconds_per_token"]["median"] / first["seconds_per_token"]["median"],
+        "first_segment_s": first["first_segment_s"]["median"],
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
+
+
+def table(result: dict[str, Any]) -> str:
+    """The figures as a markdown table (min / median over the repeats)."""
+
+    def pair(stats: dict[str, float], digits: int = 2) -> str:
+        return f"{stats['min']:.{digits}f} / {stats['median']:.{digits}f}"
+
+    lines = [
+        "| answer tokens | tokens/s | overhead ratio | vs reference | first segment (s) "
+        "| per round: draft / verify / accept (s, median) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in result["rows"]:
+        split = " / ".join(f"{r['round_s'][s]['median']:.2f}" for s in r["round_s"])
+        lines.append(
+            f"| {r['length']} | {pair(r['tokens_per_s'])} | {pair(r['overhead_ratio'])} "
+            f"| {pair(r['vs_reference_ratio'], 1)} | {pair(r['first_segment_s'])} | {split} |"
+        )
+    lines.append("")
+    lines.append(
+        f"Growth ratio (time per token at {result['rows'][-1]['length']} over "
+        f"{result['rows'][0]['length']}): {result['growth_ratio']:.2f}. "
+        f"Peak RSS: {result['peak_rss_mb']:.0f} MB. Members: {', '.join(result['members'])}; "
+        f"backend {result['backend']}; {result['repeats']} repeats "
+        f"({result['reference_repeats']} for the reference design); min / median."
+    )
+    return "\n".join(lines)
+
+
+def plot(result: dict[str, Any], path: Path) -> None:
+    """Time per token against answer length: ours, the reference design, members alone."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    lengths = [r["length"] for r in result["rows"]]
+    figure, axes = pyplot.subplots(figsize=(7, 4.2))
+    axes.plot(
+        lengths,
+        [r["seconds_per_token"]["median"] for r in result["rows"]],
+        "o-",
+        label="SpecEM (this package)",
+    )
+    axes.plot(
+        lengths,
+        [r["reference_seconds_per_token"]["median"] for r in result["rows"]],
+        "s--",
+        label="reference design (no cache)",
+    )
+    for member in result["members"]:
+        axes.plot(
+            lengths,
+            [r["solo_seconds_per_token"][member]["median"] for r in result["rows"]],
+            ":",
+            marker=".",
+            label=f"{member} alone",
+        )
+    axes.plot(
+        lengths,
+        [sum(v["median"] for v in r["solo_seconds_per_token"].values()) for r in result["rows"]],
+        "-.",
+        label="sum of members alone",
+    )
+    axes.set_xlabel("answer length (tokens)")
+    axes.set_ylabel("seconds per answer token (median)")
+    axes.set_yscale("log")
+    axes.grid(True, alpha=0.3)
+    axes.legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)

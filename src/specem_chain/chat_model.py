@@ -22,7 +22,15 @@ from .engine import EngineConfig
 from .ensemble import Answer, answer_rounds, segment_record
 from .members import Member
 
-ENGINE_SETTINGS = ("window", "max_tokens", "learning_rate", "scoring", "fast_finish", "seed")
+ENGINE_SETTINGS = (
+    "window",
+    "max_tokens",
+    "learning_rate",
+    "scoring",
+    "fast_finish",
+    "seed",
+    "min_members",
+)
 CALL_SETTINGS = (*ENGINE_SETTINGS, "temperature", "timeout")
 ROLES = {"system": "system", "human": "user", "ai": "assistant"}
 FINISH_REASONS = {"end_of_turn": "stop", "stop_sequence": "stop", "length": "length"}
@@ -35,7 +43,8 @@ class SpecEMChatModel(BaseChatModel):
 
     ``SpecEMChatModel()`` uses the embedded default ensemble. Members are
     :class:`~specem_chain.Member` objects or member specs (a built-in name, a model folder,
-    a ``.gguf`` file or a hub id). Models load on first use and are shared by every request;
+    a ``.gguf`` file, a hub id, ``tgi+http://host:port`` or
+    ``openai+http://host:port/v1#model``). Models load on first use and are shared by every request;
     each request has its own sessions, weights and provenance.
     """
 
@@ -53,6 +62,9 @@ class SpecEMChatModel(BaseChatModel):
         None, ge=0.0, description="Every member's sampling temperature; unset keeps each own."
     )
     timeout: float | None = Field(None, gt=0, description="Seconds one answer may take.")
+    min_members: int = Field(
+        1, description="Live members an answer needs; members that keep failing are dropped."
+    )
 
     @field_validator("members", mode="before")
     @classmethod
@@ -169,6 +181,7 @@ class SpecEMChatModel(BaseChatModel):
                 "weights": answer.weights,
                 "usage": usage["per_member"],
                 "answer_tokens": usage["answer_tokens"],
+                "dropped": answer.dropped,
             },
         }
 

@@ -11,14 +11,28 @@ from .backends.base import MemberSession
 from .backends.chat import Message
 from .engine import EngineConfig, RoundEvent, Seat, run_rounds
 from .errors import EnsembleError
-from .members import Member
+from .members import Member, Sampling
 
 if TYPE_CHECKING:
+    from .backends.llamacpp import LlamaCppBackend
+    from .backends.openai_completions import OpenAICompletionsBackend
+    from .backends.tgi import TGIBackend
     from .backends.transformers import TransformersBackend
 
+    Backend = TransformersBackend | LlamaCppBackend | TGIBackend | OpenAICompletionsBackend
 
-def load_backend(member: Member) -> TransformersBackend:
-    """The shared, loaded backend of a member (loaded once per process)."""
+
+def load_backend(member: Member) -> TransformersBackend | LlamaCppBackend:
+    """The shared, loaded backend of a local member (loaded once per process)."""
+    if member.backend == "llamacpp":
+        try:
+            from .backends.llamacpp import LlamaCppBackend
+        except ImportError as error:
+            raise EnsembleError(
+                f"member {member.label!r} runs on llama.cpp and needs the llamacpp extra: "
+                "pip install 'specem-chain[llamacpp]'"
+            ) from error
+        return LlamaCppBackend.load(member)
     try:
         from .backends.transformers import TransformersBackend
     except ImportError as error:
@@ -29,8 +43,30 @@ def load_backend(member: Member) -> TransformersBackend:
     return TransformersBackend.load(member)
 
 
+_remote: dict[Member, TGIBackend | OpenAICompletionsBackend] = {}
+
+
+def remote_backend(member: Member) -> TGIBackend | OpenAICompletionsBackend:
+    """The shared backend of a remote member: one connection pool per server and settings."""
+    key = member.model_copy(update={"sampling": Sampling(), "role": "both"})
+    if key not in _remote:
+        if member.kind == "tgi":
+            from .backends.tgi import TGIBackend
+
+            _remote[key] = TGIBackend(member)
+        else:
+            from .backends.openai_completions import OpenAICompletionsBackend
+
+            _remote[key] = OpenAICompletionsBackend(member)
+    return _remote[key]
+
+
 async def open_session(member: Member, messages: Sequence[Message]) -> MemberSession:
-    backend = await asyncio.to_thread(load_backend, member)
+    backend: Backend
+    if member.remote:
+        backend = remote_backend(member)
+    else:
+        backend = await asyncio.to_thread(load_backend, member)
     return await backend.open(messages)
 
 
@@ -40,6 +76,12 @@ async def answer_rounds(
     """Run one request; yield each round's event with the members' prompt token counts."""
     if not messages:
         raise EnsembleError("the conversation is empty: give at least one message")
+    remote = [m.label for m in members if m.remote]
+    if remote and config.scoring != "mean_logprob":
+        raise EnsembleError(
+            f"scoring={config.scoring!r} needs raw logits, which servers do not return; "
+            f"members {remote} are remote: use scoring='mean_logprob'"
+        )
     opened = await asyncio.gather(
         *(open_session(m, messages) for m in members), return_exceptions=True
     )
@@ -89,6 +131,11 @@ class Answer:
         return wins
 
     @property
+    def dropped(self) -> dict[str, str]:
+        """Members dropped during the request (they kept failing), with the reason."""
+        return {m: why for event in self.rounds for m, why in event.dropped.items()}
+
+    @property
     def drafted_tokens(self) -> dict[str, int]:
         drafted = dict.fromkeys(self.members, 0)
         for event in self.rounds:
@@ -125,6 +172,7 @@ class Answer:
             "weights": self.weights,
             "usage": self.usage(),
             "finish_reason": self.finish_reason,
+            "dropped": self.dropped,
         }
 
 
@@ -137,4 +185,5 @@ def segment_record(event: RoundEvent) -> dict[str, object]:
         "verifiers": list(event.verifiers),
         "scores": [list(row) for row in event.scores],
         "weights": event.weights,
+        "dropped": event.dropped,
     }

@@ -15,3 +15,20 @@ class PromptTooLongError(SpecEMError, ValueError):
 
 class EnsembleError(SpecEMError):
     """The ensemble cannot go on with this request."""
+
+
+class MemberUnavailable(EnsembleError):
+    """A remote member kept failing (connection errors, 5xx, timeouts) after its retries.
+
+    The engine drops such a member for the rest of the request and goes on with the others.
+    """
+
+    def __init__(self, member: str, reason: str) -> None:
+        super().__init__(f"member {member!r} is unavailable: {reason}")
+        self.member = member
+        self.reason = reason
+
+
+class MemberServerError(EnsembleError):
+    """A member's server is misconfigured or refused a request: wrong kind of server, a
+    missing capability, or a request it rejects. Retrying does not help."""

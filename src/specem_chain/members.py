@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 Role = Literal["both", "drafter", "verifier"]
 DType = Literal["float32", "bfloat16", "float16"]
+Kind = Literal["local", "tgi", "openai"]
+"""Where a member runs: in this process, on a TGI server, or on an OpenAI-style
+completions server (vLLM, llama-cpp-python)."""
+
+SPEC_PREFIXES: dict[str, Kind] = {"tgi+": "tgi", "openai+": "openai"}
 
 
 class Sampling(BaseModel):
@@ -22,29 +28,98 @@ class Sampling(BaseModel):
 class Member(BaseModel):
     """One member of the ensemble.
 
-    ``source`` is a built-in name (see ``specem models list``), a local model folder, a GGUF
-    file, or a Hugging Face hub model id (for users who have a hub).
+    For a local member (``kind="local"``), ``source`` is a built-in name (see ``specem models
+    list``), a local model folder, a GGUF file, or a Hugging Face hub model id. For a remote
+    member it is the server's URL. A spec string names the kind in front of the URL:
+    ``tgi+http://host:8080`` or ``openai+http://host:8000/v1#served-model-name``.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     source: str = Field(min_length=1)
+    kind: Kind = "local"
     name: str | None = Field(None, description="Display name; derived from source if unset.")
     role: Role = "both"
     sampling: Sampling = Sampling()
     device: str = Field("cpu", description='A torch device, e.g. "cpu", "cuda:1".')
     dtype: DType = "float32"
+    backend: Literal["transformers", "llamacpp"] = Field(
+        "transformers",
+        description="local: run with transformers, or with llama.cpp from the GGUF "
+        "(a built-in model or a .gguf source; needs the llamacpp extra).",
+    )
+    model: str | None = Field(
+        None, description="openai: the served model name (default: the server's first model)."
+    )
+    tokenizer: str | None = Field(
+        None,
+        description="openai: a local model folder or .gguf whose chat template renders the "
+        "conversation (needs the local extra).",
+    )
+    chat_template: str | None = Field(
+        None, description="openai: a Jinja chat template, rendered without the local extra."
+    )
+    api_key: SecretStr | None = Field(None, description="Bearer token for the server.")
+    timeout: float = Field(60.0, gt=0, description="Seconds one server request may take.")
+    retries: int = Field(
+        2, ge=0, le=10, description="Retries of a request after connection errors and 5xx."
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _kind_from_spec(cls, data: Any) -> Any:
+        """``source="tgi+URL"`` or ``"openai+URL#model"`` sets the kind (and the model)."""
+        if not isinstance(data, dict) or not isinstance(data.get("source"), str):
+            return data
+        for prefix, kind in SPEC_PREFIXES.items():
+            if data["source"].startswith(prefix):
+                url, _, model = data["source"][len(prefix) :].partition("#")
+                data = {**data, "source": url, "kind": kind}
+                if model:
+                    data.setdefault("model", model)
+        return data
+
+    @model_validator(mode="after")
+    def _remote_source_is_url(self) -> Member:
+        if self.remote:
+            parts = urlsplit(self.source)
+            if parts.scheme not in ("http", "https") or not parts.netloc:
+                raise ValueError(
+                    f"a {self.kind} member's source must be an http(s) URL, got {self.source!r}"
+                )
+        elif self.model or self.tokenizer or self.chat_template:
+            raise ValueError("model, tokenizer and chat_template apply to openai members only")
+        return self
 
     @classmethod
     def local(cls, source: str, **settings: object) -> Member:
         """A member that runs in this process with transformers."""
         return cls(source=source, **settings)
 
+    @classmethod
+    def tgi(cls, url: str, **settings: object) -> Member:
+        """A member served by Text Generation Inference (or ``specem serve-tgi``)."""
+        return cls(source=url, kind="tgi", **settings)
+
+    @classmethod
+    def openai_completions(cls, url: str, model: str | None = None, **settings: object) -> Member:
+        """A member behind an OpenAI-style ``/v1/completions`` server (vLLM,
+        llama-cpp-python). ``url`` ends with the API root, e.g. ``http://host:8000/v1``."""
+        return cls(source=url, kind="openai", model=model, **settings)
+
+    @property
+    def remote(self) -> bool:
+        return self.kind != "local"
+
     @property
     def label(self) -> str:
         """The member's display name."""
         if self.name:
             return self.name
+        if self.model:
+            return self.model.rstrip("/").rsplit("/", 1)[-1].removesuffix(".gguf")
+        if self.remote:
+            return urlsplit(self.source).netloc
         tail = self.source.rstrip("/").rsplit("/", 1)[-1]
         return tail.removesuffix(".gguf")
 

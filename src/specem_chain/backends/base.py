@@ -22,6 +22,22 @@ class Draft:
     """True when the member ended its turn (end-of-turn token or its own stop text)."""
 
 
+MAX_CHARACTER_TOKENS = 3
+"""Extra tokens a draft may take past its window to finish a character whose bytes the
+window cut apart (UTF-8 has at most 4 bytes)."""
+
+
+def finish_draft(text: str, tokens: int, finished: bool, stop_texts: Sequence[str]) -> Draft:
+    """A draft from its decoded text: cut before the member's own stop texts (which end its
+    turn), and without a trailing partial character if the window stopped it."""
+    for stop in stop_texts:
+        if (cut := text.find(stop)) != -1:
+            text, finished = text[:cut], True
+    if not finished:
+        text = text.rstrip("\ufffd")
+    return Draft(text=text, tokens=tokens + finished, finished=finished)
+
+
 @dataclass(frozen=True)
 class Segment:
     """Text to score or accept. A finished segment also ends the turn."""

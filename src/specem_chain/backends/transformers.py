@@ -28,11 +28,8 @@ from transformers.generation import (
 from .. import defaults
 from ..errors import MemberSpecError, PromptTooLongError
 from ..members import Member, Sampling
-from .base import Draft, Scoring, Segment
-from .chat import PLAIN_STOP, Message, plain_transcript
-
-MAX_CHARACTER_TOKENS = 3
-"""Extra tokens a draft may take to finish a character (UTF-8 has at most 4 bytes)."""
+from .base import MAX_CHARACTER_TOKENS, Draft, Scoring, Segment, finish_draft
+from .chat import PLAIN_STOP, Message, plain_transcript, render_folding_system
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -128,17 +125,12 @@ class TransformersBackend:
         if not self.tokenizer.chat_template:
             text = plain_transcript(messages)
             return self.tokenizer.encode(text, add_special_tokens=True), PLAIN_STOP
-        rendered = [dict(m) for m in messages]
-        try:
-            text = self.tokenizer.apply_chat_template(
-                rendered, add_generation_prompt=True, tokenize=False
-            )
-        except Exception:  # jinja raises on a role the template does not accept
-            if not rendered or rendered[0]["role"] != "system":
-                raise
-            text = self.tokenizer.apply_chat_template(
-                fold_system(rendered), add_generation_prompt=True, tokenize=False
-            )
+        text = render_folding_system(
+            lambda turns: self.tokenizer.apply_chat_template(
+                [dict(t) for t in turns], add_generation_prompt=True, tokenize=False
+            ),
+            messages,
+        )
         return self.tokenizer.encode(text, add_special_tokens=False), ()
 
     async def open(self, messages: Sequence[Message]) -> TransformersSession:
@@ -152,14 +144,6 @@ class TransformersBackend:
         session = TransformersSession(self, ids, stop_texts)
         await asyncio.to_thread(session.prefill)
         return session
-
-
-def fold_system(messages: list[dict[str, str]]) -> list[dict[str, str]]:
-    """Fold a leading system message into the first user message."""
-    system, rest = messages[0]["content"], messages[1:]
-    if rest and rest[0]["role"] == "user":
-        return [{"role": "user", "content": f"{system}\n\n{rest[0]['content']}"}, *rest[1:]]
-    return [{"role": "user", "content": system}, *rest]
 
 
 @dataclass(frozen=True)
@@ -268,13 +252,7 @@ class TransformersSession:
                 logits = self._forward([token])[-1]
         finally:
             self._rollback(prefix)
-        text = self._decode(tokens)
-        for stop in self.stop_texts:
-            if (cut := text.find(stop)) != -1:
-                text, finished = text[:cut], True
-        if not finished:
-            text = text.rstrip("\ufffd")  # a character whose bytes the window cut apart
-        return Draft(text=text, tokens=len(tokens) + finished, finished=finished)
+        return finish_draft(self._decode(tokens), len(tokens), finished, self.stop_texts)
 
     def _decode(self, tokens: list[int]) -> str:
         """Decode drafted tokens as they read after the context (keeps a leading space)."""

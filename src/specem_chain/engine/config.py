@@ -27,6 +27,12 @@ class EngineConfig(BaseModel):
     )
     seed: int | None = Field(None, ge=0, description="Makes the sampling reproducible.")
     stop: tuple[str, ...] = Field((), description="The answer ends before any of these.")
+    min_members: int = Field(
+        1,
+        ge=1,
+        description="Live members a request needs; below it (after members that kept "
+        "failing were dropped) the request fails.",
+    )
 
     @field_validator("stop")
     @classmethod

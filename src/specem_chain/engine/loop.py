@@ -3,20 +3,26 @@
 The loop knows nothing of torch or HTTP: it talks to :class:`MemberSession` objects, one per
 member, created for this request. All request state (weights, answer, round) lives in the
 generator's frame, so concurrent requests never share it.
+
+A session that raises :class:`MemberUnavailable` (a remote member that kept failing) is
+dropped for the rest of the request: it no longer drafts, verifies or accepts, its weight
+becomes zero, and the round's event records the drop. Below ``min_members`` live members,
+or without a live drafter or verifier, the request fails.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import math
 import random
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, TypeVar
 
 from ..backends.base import Draft, MemberSession, Segment
-from ..errors import EnsembleError
+from ..errors import EnsembleError, MemberUnavailable
 from ..members import Member
 from . import policy
 from .boundary import clean_boundary
@@ -24,6 +30,7 @@ from .config import EngineConfig
 from .stops import find_stop, unsafe_tail
 
 FinishReason = Literal["end_of_turn", "length", "stop_sequence"]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -76,6 +83,8 @@ class RoundEvent:
     answer_tokens: int = 0
     """Accepted answer length so far, counted in each winner's tokenizer."""
     drafted_tokens: dict[str, int] = field(default_factory=dict)
+    dropped: dict[str, str] = field(default_factory=dict)
+    """Members dropped in this round, with the reason; they take no further part."""
 
     @property
     def finished(self) -> bool:
@@ -84,6 +93,24 @@ class RoundEvent:
 
 REDRAFTS = 3
 """Drafting attempts per round before a round where every draft is empty fails."""
+
+
+async def _call_all(
+    calls: dict[int, Awaitable[T]],
+) -> tuple[dict[int, T], dict[int, MemberUnavailable]]:
+    """Await every member's call; split the results from the members that are unavailable.
+    Any other error propagates."""
+    results = await asyncio.gather(*calls.values(), return_exceptions=True)
+    done: dict[int, T] = {}
+    failed: dict[int, MemberUnavailable] = {}
+    for i, result in zip(calls, results):
+        if isinstance(result, MemberUnavailable):
+            failed[i] = result
+        elif isinstance(result, BaseException):
+            raise result
+        else:
+            done[i] = result
+    return done, failed
 
 
 def _round_seed(base: int, member: int, round_index: int, attempt: int) -> int:
@@ -99,31 +126,61 @@ async def run_rounds(seats: Sequence[Seat], config: EngineConfig) -> AsyncIterat
     verifiers = [i for i, seat in enumerate(seats) if seat.member.verifies]
     if not drafters or not verifiers:
         raise EnsembleError("an ensemble needs at least one drafter and one verifier")
+    if len(seats) < config.min_members:
+        raise EnsembleError(
+            f"the ensemble has {len(seats)} members, fewer than min_members={config.min_members}"
+        )
 
     base_seed = config.seed if config.seed is not None else random.randrange(2**31)
     weights = [1.0 / len(seats)] * len(seats)
     answer, released, answer_tokens = "", 0, 0
+    alive = set(range(len(seats)))
+    dropped: dict[str, str] = {}
+
+    def drop(failed: dict[int, MemberUnavailable]) -> None:
+        """Take unavailable members out of the request; fail when too few are left."""
+        nonlocal weights
+        if not failed:
+            return
+        for i, error in failed.items():
+            alive.discard(i)
+            dropped[names[i]] = error.reason
+            weights[i] = 0.0
+        total = math.fsum(weights)
+        weights = [w / total for w in weights] if total > 0 else weights
+        why = "; ".join(f"{name}: {reason}" for name, reason in dropped.items())
+        if len(alive) < config.min_members:
+            raise EnsembleError(
+                f"only {len(alive)} of {len(seats)} members are left, fewer than "
+                f"min_members={config.min_members}; dropped {why}"
+            )
+        if not alive.intersection(drafters) or not alive.intersection(verifiers):
+            raise EnsembleError(f"no drafter or no verifier is left; dropped {why}")
 
     for round_index in itertools.count(1):
         window = min(config.window, config.max_tokens - answer_tokens)
         started = time.perf_counter()
-        drafted_tokens = dict.fromkeys((names[i] for i in drafters), 0)
+        known_drops = len(dropped)
+        drafted_tokens = {names[i]: 0 for i in drafters if i in alive}
         for attempt in range(REDRAFTS):
-            drafts: list[Draft] = await asyncio.gather(
-                *(
-                    seats[i].session.draft(
-                        window,
-                        seats[i].member.sampling,
-                        _round_seed(base_seed, i, round_index, attempt),
-                    )
-                    for i in drafters
+            calls = {
+                i: seats[i].session.draft(
+                    window,
+                    seats[i].member.sampling,
+                    _round_seed(base_seed, i, round_index, attempt),
                 )
-            )
-            for i, d in zip(drafters, drafts):
+                for i in drafters
+                if i in alive
+            }
+            drafts: dict[int, Draft]
+            drafts, failed = await _call_all(calls)
+            drop(failed)
+            drafting = list(drafts)
+            for i, d in drafts.items():
                 drafted_tokens[names[i]] += d.tokens
             candidates = [
                 Candidate(names[i], clean_boundary(d.text, d.finished), d.finished, d.tokens)
-                for i, d in zip(drafters, drafts)
+                for i, d in drafts.items()
             ]
             # A candidate with no text that does not end the turn would accept nothing.
             live = [k for k, c in enumerate(candidates) if c.text or c.finished]
@@ -140,23 +197,30 @@ async def run_rounds(seats: Sequence[Seat], config: EngineConfig) -> AsyncIterat
         verified = len(live) > 1 and not (config.fast_finish and finished_live)
         if verified:
             segments = [Segment(candidates[k].text, candidates[k].finished) for k in live]
-            raw = await asyncio.gather(
-                *(seats[j].session.score(segments, config.scoring) for j in verifiers)
+            raw, failed = await _call_all(
+                {
+                    j: seats[j].session.score(segments, config.scoring)
+                    for j in verifiers
+                    if j in alive
+                }
             )
+            drop(failed)
+            verifying = list(raw)
             matrix = policy.normalise(
-                [[policy.candidate_score(s, config.scoring) for s in row] for row in raw]
+                [[policy.candidate_score(s, config.scoring) for s in raw[j]] for j in verifying]
             )
             member_rewards = policy.rewards(
-                matrix, verifiers, [drafters[k] for k in live], len(seats)
+                matrix, verifying, [drafting[k] for k in live], len(seats)
             )
             weights = policy.hedge_update(
                 weights, member_rewards, config.learning_rate, round_index
             )
-            win = live[policy.select(matrix, [weights[j] for j in verifiers])]
+            win = live[policy.select(matrix, [weights[j] for j in verifying])]
         else:
-            matrix = [[1.0 / len(live)] * len(live) for _ in verifiers]
+            verifying = [j for j in verifiers if j in alive]
+            matrix = [[1.0 / len(live)] * len(live) for _ in verifying]
             pool = finished_live if config.fast_finish and finished_live else live
-            win = max(pool, key=lambda k: (weights[drafters[k]], -k))
+            win = max(pool, key=lambda k: (weights[drafting[k]], -k))
         verified_at = time.perf_counter()
 
         winner = candidates[win]
@@ -170,8 +234,11 @@ async def run_rounds(seats: Sequence[Seat], config: EngineConfig) -> AsyncIterat
 
         winner_tokens = winner.tokens
         if finish is None:
-            accepted = await asyncio.gather(*(seat.session.accept(segment) for seat in seats))
-            winner_tokens = accepted[drafters[win]]
+            accepted, failed = await _call_all(
+                {i: seats[i].session.accept(segment) for i in sorted(alive)}
+            )
+            drop(failed)
+            winner_tokens = accepted.get(drafting[win], winner.tokens)
         # Every round moves the answer on by at least one token, so the loop must end.
         answer_tokens += max(winner_tokens, 1)
         if finish is None and answer_tokens >= config.max_tokens:
@@ -185,7 +252,7 @@ async def run_rounds(seats: Sequence[Seat], config: EngineConfig) -> AsyncIterat
             text=text,
             winner=winner.member,
             candidates=tuple(candidates[k] for k in live),
-            verifiers=tuple(names[j] for j in verifiers),
+            verifiers=tuple(names[j] for j in verifying),
             scores=tuple(tuple(row) for row in matrix),
             weights=dict(zip(names, weights)),
             finish_reason=finish,
@@ -195,6 +262,7 @@ async def run_rounds(seats: Sequence[Seat], config: EngineConfig) -> AsyncIterat
             verified=verified,
             answer_tokens=answer_tokens,
             drafted_tokens=drafted_tokens,
+            dropped=dict(list(dropped.items())[known_drops:]),
         )
         if finish:
             return

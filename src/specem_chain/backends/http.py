@@ -1,0 +1,111 @@
+"""HTTP plumbing shared by the remote backends: one bounded connection pool per backend and
+event loop, per-member timeouts, and retries with backoff for transient failures."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+
+from ..errors import MemberServerError, MemberUnavailable
+from ..members import Member
+
+MAX_CONNECTIONS = 16
+"""Connections one backend keeps open to its server, per event loop."""
+
+BACKOFF_S = 0.2
+"""First retry delay; it doubles with each retry."""
+
+
+class RemoteClient:
+    """Requests to one member's server.
+
+    httpx clients belong to the event loop they were first used in, and LangChain runs
+    requests on the caller's loop or on the package's own, so the pool is kept per loop.
+    A connection error, a timeout or a 5xx answer is retried ``member.retries`` times; after
+    that the member is unavailable (:class:`MemberUnavailable`). Any other error answer is a
+    :class:`MemberServerError` that quotes the server.
+    """
+
+    def __init__(self, member: Member, base_url: str) -> None:
+        self.label = member.label
+        self.base_url = base_url.rstrip("/")
+        self.retries = member.retries
+        self.timeout = httpx.Timeout(member.timeout, connect=min(member.timeout, 10.0))
+        self._headers = {"Accept": "application/json"}
+        if member.api_key is not None:
+            self._headers["Authorization"] = f"Bearer {member.api_key.get_secret_value()}"
+        self._clients: dict[asyncio.AbstractEventLoop, httpx.AsyncClient] = {}
+
+    def __repr__(self) -> str:  # never shows the headers, which may hold the bearer token
+        return f"RemoteClient({self.label!r}, {self.base_url!r})"
+
+    def _client(self) -> httpx.AsyncClient:
+        loop = asyncio.get_running_loop()
+        for stale in [key for key in self._clients if key.is_closed()]:
+            del self._clients[stale]
+        if loop not in self._clients:
+            self._clients[loop] = httpx.AsyncClient(
+                base_url=self.base_url,
+                headers=self._headers,
+                timeout=self.timeout,
+                limits=httpx.Limits(
+                    max_connections=MAX_CONNECTIONS, max_keepalive_connections=MAX_CONNECTIONS
+                ),
+            )
+        return self._clients[loop]
+
+    async def get(self, path: str) -> Any:
+        return await self.request("GET", path)
+
+    async def post(self, path: str, body: dict[str, Any]) -> Any:
+        return await self.request("POST", path, body)
+
+    async def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        """The JSON answer of ``method path``, retried on transient failures."""
+        where = f"{method} {self.base_url}{path}"
+        reason = ""
+        for attempt in range(self.retries + 1):
+            if attempt:
+                await asyncio.sleep(BACKOFF_S * 2 ** (attempt - 1))
+            try:
+                response = await self._client().request(method, path, json=body)
+            except httpx.TimeoutException:
+                reason = f"{where} timed out after {self.timeout.read} s"
+                continue
+            except httpx.TransportError as error:
+                reason = f"cannot reach {where} ({type(error).__name__}: {error})"
+                continue
+            if response.status_code >= 500:
+                reason = f"{where} answered {response.status_code}: {_quote(response)}"
+                continue
+            if response.status_code >= 400:
+                raise MemberServerError(
+                    f"member {self.label!r}: {where} answered {response.status_code}: "
+                    f"{_quote(response)}"
+                )
+            try:
+                return response.json()
+            except ValueError:
+                raise MemberServerError(
+                    f"member {self.label!r}: {where} did not answer JSON; is the URL right?"
+                ) from None
+        tries = f"{self.retries + 1} attempt" + ("s" if self.retries else "")
+        raise MemberUnavailable(self.label, f"{reason} ({tries})")
+
+    async def aclose(self) -> None:
+        clients, self._clients = self._clients, {}
+        for loop, client in clients.items():
+            if loop is asyncio.get_running_loop():
+                await client.aclose()
+
+
+def _quote(response: httpx.Response) -> str:
+    """The server's error message, shortened."""
+    try:
+        body = response.json()
+        text = body.get("error") or body.get("detail") or body if isinstance(body, dict) else body
+    except ValueError:
+        text = response.text
+    return str(text)[:300]

@@ -1,0 +1,113 @@
+"""Chat templates for members whose server takes plain text (OpenAI-style completions).
+
+A member's conversation is rendered by, in order of preference: the chat template of its
+tokenizer (a local folder or .gguf, loaded with transformers from the local extra), an
+explicit Jinja template (rendered here, no torch needed), or the plain transcript.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import EnsembleError, MemberSpecError
+from ..members import Member
+from .chat import (
+    PLAIN_STOP,
+    PROBE_CONVERSATION,
+    Message,
+    end_of_turn_text,
+    plain_transcript,
+    render_folding_system,
+)
+
+Render = Callable[[Sequence[Message], bool], str]
+"""Renders a conversation; the flag asks for the assistant's generation prompt."""
+
+
+@dataclass(frozen=True)
+class ChatTemplate:
+    """How one member's conversation becomes prompt text, and how its turn ends."""
+
+    render_raw: Render
+    end_of_turn: str
+    """Text that ends the member's turn; a finished candidate is scored with it appended."""
+    stop: tuple[str, ...]
+    """Stop sequences of a draft."""
+    bos_text: str = ""
+    """Left off the front of the prompt: the server adds its BOS token itself."""
+
+    def render(self, messages: Sequence[Message]) -> str:
+        """The conversation, ready for the answer. A template that rejects a system turn
+        gets the system text folded into the first user turn."""
+        text = render_folding_system(lambda turns: self.render_raw(turns, True), messages)
+        return text.removeprefix(self.bos_text) if self.bos_text else text
+
+
+PLAIN = ChatTemplate(lambda messages, _: plain_transcript(messages), "\n\nUser:", PLAIN_STOP)
+"""For a model without a chat template: its turn ends where a new user turn starts."""
+
+
+def member_template(member: Member) -> ChatTemplate:
+    if member.tokenizer:
+        return tokenizer_template(member.tokenizer)
+    if member.chat_template:
+        return jinja_template(member.chat_template)
+    return PLAIN
+
+
+def _with_end(render: Render, bos_text: str = "") -> ChatTemplate:
+    end = end_of_turn_text(render(PROBE_CONVERSATION, False))
+    return ChatTemplate(render, end, (end,) if end else (), bos_text)
+
+
+def jinja_template(template: str) -> ChatTemplate:
+    """An explicit Jinja chat template, rendered as transformers renders one."""
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    def raise_exception(message: str) -> None:
+        raise ValueError(message)
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    env.globals["raise_exception"] = raise_exception
+    compiled = env.from_string(template)
+
+    def render(messages: Sequence[Message], generation_prompt: bool) -> str:
+        return compiled.render(
+            messages=list(messages),
+            add_generation_prompt=generation_prompt,
+            bos_token="",
+            eos_token="",
+        )
+
+    return _with_end(render)
+
+
+def tokenizer_template(source: str) -> ChatTemplate:
+    """The chat template of a local tokenizer: a model folder or a .gguf file."""
+    try:
+        from transformers import AutoTokenizer
+    except ImportError as error:
+        raise EnsembleError(
+            f"reading the tokenizer {source!r} needs the local extra (pip install "
+            "'specem-chain[local]'); or give the member a chat_template instead"
+        ) from error
+    path = Path(source).expanduser()
+    kwargs: dict[str, Any] = {}
+    if path.suffix == ".gguf":
+        path, kwargs = path.parent, {"gguf_file": path.name}
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(path), **kwargs)
+    except OSError as error:
+        raise MemberSpecError(f"cannot load the tokenizer {source!r}: {error}") from error
+    if not tokenizer.chat_template:
+        return PLAIN
+
+    def render(messages: Sequence[Message], generation_prompt: bool) -> str:
+        return tokenizer.apply_chat_template(
+            [dict(m) for m in messages], add_generation_prompt=generation_prompt, tokenize=False
+        )
+
+    return _with_end(render, tokenizer.bos_token or "")

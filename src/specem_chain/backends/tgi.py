@@ -1,0 +1,182 @@
+"""Members served by Text Generation Inference (TGI) or ``specem serve-tgi``.
+
+TGI takes text, so a session keeps the member's context as text: the conversation rendered
+by the server's own chat template (``/chat_tokenize``) plus the accepted segments.
+
+- Drafting is ``POST /generate`` with ``details``; ``finish_reason`` tells whether the
+  member ended its turn.
+- Scoring is ``POST /generate`` over context + candidate with ``decoder_input_details`` and
+  one new token: the prefill log-probs of the candidate's tokens give its mean log-prob.
+  The candidate's tokens are those after the longest common prefix of the prefill ids and
+  the context's own ids (``/tokenize``), so a token that merges across the junction counts
+  as the candidate's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from ..errors import MemberServerError, PromptTooLongError
+from ..members import Member, Sampling
+from .base import Draft, Scoring, Segment
+from .chat import PROBE_CONVERSATION, Message, end_of_turn_text, fold_system
+from .http import RemoteClient
+
+FINISHED = ("eos_token", "stop_sequence")
+NO_PREFILL_LOGPROBS = (
+    "the TGI server returns no prefill log-probs, which scoring needs; start TGI v3 with "
+    "--enable-prefill-logprobs (or `specem serve-tgi` without --no-prefill-logprobs)"
+)
+
+
+class TGIBackend:
+    """One TGI server: its connection pool and what its health check learnt."""
+
+    def __init__(self, member: Member) -> None:
+        self.member = member
+        self.client = RemoteClient(member, member.source)
+        self.model_id = ""
+        self.max_input_tokens = 0
+        self.max_total_tokens = 0
+        self.bos_text = ""
+        """The special token /generate adds in front of every input, if any."""
+        self.end_of_turn = ""
+        """The text of the token that ends the member's turn in its chat template."""
+        self._checked = False
+
+    async def ready(self) -> None:
+        """Check once that the URL is a TGI server that returns prefill log-probs.
+        Requests that start together may both check; that is harmless."""
+        if not self._checked:
+            await self._check()
+            self._checked = True
+
+    async def _check(self) -> None:
+        not_tgi = f"member {self.member.label!r}: {self.member.source} is not a TGI server"
+        try:
+            info = await self.client.get("/info")
+        except MemberServerError as error:
+            raise MemberServerError(f"{not_tgi} ({error})") from None
+        if not isinstance(info, dict) or "max_input_tokens" not in info:
+            raise MemberServerError(f"{not_tgi} (GET /info has no max_input_tokens)")
+        self.model_id = str(info.get("model_id", ""))
+        self.max_input_tokens = int(info["max_input_tokens"])
+        self.max_total_tokens = int(info.get("max_total_tokens") or 2**31)
+        empty = await self.tokenize("")
+        self.bos_text = empty[0]["text"] if empty else ""
+        probe = await self.client.post("/chat_tokenize", {"messages": PROBE_CONVERSATION})
+        self.end_of_turn = end_of_turn_text(probe["templated_text"])
+        prefill = await self.prefill("Hello world, hello")
+        if any(t["logprob"] is None for t in prefill[1:]):
+            raise MemberServerError(f"member {self.member.label!r}: {NO_PREFILL_LOGPROBS}")
+
+    async def tokenize(self, text: str) -> list[dict[str, Any]]:
+        return await self.client.post("/tokenize", {"inputs": text})
+
+    async def prefill(self, text: str) -> list[dict[str, Any]]:
+        """The prefill tokens of ``text`` (ids and log-probs, as /generate adds them)."""
+        body = {
+            "inputs": text,
+            "parameters": {"max_new_tokens": 1, "details": True, "decoder_input_details": True},
+        }
+        response = await self.client.post("/generate", body)
+        return response["details"]["prefill"]
+
+    async def render(self, messages: Sequence[Message]) -> str:
+        """The conversation in the server's chat template, without the BOS that /generate
+        adds itself."""
+        try:
+            templated = await self.client.post("/chat_tokenize", {"messages": list(messages)})
+        except MemberServerError:
+            if not messages or messages[0]["role"] != "system":
+                raise
+            folded = fold_system(messages)
+            templated = await self.client.post("/chat_tokenize", {"messages": folded})
+        text: str = templated["templated_text"]
+        return text.removeprefix(self.bos_text) if self.bos_text else text
+
+    async def open(self, messages: Sequence[Message]) -> TGISession:
+        await self.ready()
+        context = await self.render(messages)
+        ids = [t["id"] for t in await self.tokenize(context)]
+        if len(ids) > self.max_input_tokens:
+            raise PromptTooLongError(
+                f"the prompt is {len(ids)} tokens for member {self.member.label!r}, whose "
+                f"server accepts {self.max_input_tokens}; shorten the conversation"
+            )
+        return TGISession(self, context, ids)
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+
+class TGISession:
+    """One request's context on a TGI member."""
+
+    def __init__(self, backend: TGIBackend, context: str, ids: list[int]) -> None:
+        self.backend = backend
+        self.context = context
+        self.ids = ids
+        self.prompt_tokens = len(ids)
+
+    async def draft(self, window: int, sampling: Sampling, seed: int) -> Draft:
+        backend = self.backend
+        room = backend.max_total_tokens - len(self.ids)
+        parameters: dict[str, Any] = {
+            "max_new_tokens": max(1, min(window, room)),
+            "details": True,
+            "do_sample": sampling.temperature > 0,
+            "seed": seed % (2**63 - 1) + 1,  # TGI wants a positive seed
+        }
+        if sampling.temperature > 0:
+            parameters["temperature"] = sampling.temperature
+            if sampling.top_p < 1.0:  # TGI accepts top_p in (0, 1) only
+                parameters["top_p"] = sampling.top_p
+        if backend.end_of_turn:
+            parameters["stop"] = [backend.end_of_turn]
+        response = await backend.client.post(
+            "/generate", {"inputs": self.context, "parameters": parameters}
+        )
+        details = response["details"]
+        text: str = response["generated_text"]
+        finished = details["finish_reason"] in FINISHED
+        if backend.end_of_turn and (cut := text.find(backend.end_of_turn)) != -1:
+            text, finished = text[:cut], True
+        if not finished:
+            text = text.rstrip("\ufffd")  # a character whose bytes the window cut apart
+        return Draft(text=text, tokens=int(details["generated_tokens"]), finished=finished)
+
+    async def score(self, candidates: Sequence[Segment], scoring: Scoring) -> list[float]:
+        if scoring != "mean_logprob":
+            raise MemberServerError(
+                f"member {self.backend.member.label!r} is remote; servers return log-probs, "
+                "not logits: use scoring='mean_logprob'"
+            )
+        return list(await asyncio.gather(*(self._score(c) for c in candidates)))
+
+    async def _score(self, candidate: Segment) -> float:
+        ending = self.backend.end_of_turn if candidate.finished else ""
+        prefill = await self.backend.prefill(self.context + candidate.text + ending)
+        shared = 0
+        for token, known in zip(prefill, self.ids):
+            if token["id"] != known:
+                break
+            shared += 1
+        logprobs = [t["logprob"] for t in prefill[max(shared, 1) :]]
+        if not logprobs:
+            raise ValueError("cannot score an empty candidate that does not end the turn")
+        if any(p is None for p in logprobs):
+            raise MemberServerError(f"member {self.backend.member.label!r}: {NO_PREFILL_LOGPROBS}")
+        return math.fsum(logprobs) / len(logprobs)
+
+    async def accept(self, segment: Segment) -> int:
+        before = len(self.ids)
+        self.context += segment.text
+        self.ids = [t["id"] for t in await self.backend.tokenize(self.context)]
+        return max(len(self.ids) - before, 1 if segment.text else 0)
+
+    async def aclose(self) -> None:
+        """Nothing to release: the connection pool belongs to the backend."""

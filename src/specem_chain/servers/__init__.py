@@ -1,0 +1,1 @@
+"""Servers that host a member over HTTP (needs the serve extra)."""

@@ -1,0 +1,59 @@
+"""Start and stop real member servers on 127.0.0.1 for the remote-member tests."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+
+SPECEM = Path(sys.executable).parent / "specem"
+STARTUP_S = 240
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextmanager
+def running(command: list[str], health_url: str, log: Path) -> Iterator[subprocess.Popen]:
+    """Run a server until the block ends; wait until ``health_url`` answers 200."""
+    with log.open("wb") as sink:
+        process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + STARTUP_S
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"{command[:3]} exited: {log.read_text()[-2000:]}")
+            try:
+                if httpx.get(health_url, timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{command[:3]} not healthy after {STARTUP_S} s")
+            time.sleep(0.5)
+        yield process
+    finally:
+        process.terminate()
+        try:
+            process.wait(20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+@contextmanager
+def tgi_server(tmp: Path, *flags: str) -> Iterator[tuple[str, subprocess.Popen]]:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    command = [str(SPECEM), "serve-tgi", "smollm2", "--port", str(port), *flags]
+    with running(command, f"{url}/health", tmp / f"tgi-{port}.log") as process:
+        yield url, process

@@ -1,0 +1,55 @@
+"""The coordinator-only install (no extras, so no torch) runs a remote ensemble."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import venv
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+SCRIPT = """
+import importlib.util, json, sys
+assert importlib.util.find_spec("torch") is None, "torch is installed"
+from specem_chain import Member, SpecEMChatModel
+tgi_url, llama_url, template = sys.argv[1:4]
+llm = SpecEMChatModel(
+    members=[
+        f"tgi+{tgi_url}",
+        Member.openai_completions(llama_url, name="llama", chat_template=template),
+    ],
+    max_tokens=16,
+    window=8,
+    seed=0,
+)
+message = llm.invoke("Name a fruit.")
+print(json.dumps({"text": message.content, "meta": message.response_metadata["specem"]}))
+"""
+
+
+def test_the_coordinator_install_runs_a_remote_ensemble_without_torch(
+    tmp_path, tgi_url, llama_url, smollm2_folder
+):
+    env_dir = tmp_path / "coordinator"
+    venv.create(env_dir, with_pip=True)
+    python = env_dir / "bin" / "python"
+    install = subprocess.run(
+        [str(python), "-m", "pip", "install", "--quiet", str(REPO)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert install.returncode == 0, install.stderr[-3000:]
+    template = (smollm2_folder / "chat_template.jinja").read_text()
+    run = subprocess.run(
+        [str(python), "-c", SCRIPT, tgi_url, llama_url, template],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    assert result["text"].strip()
+    assert set(result["meta"]["wins"]) == {tgi_url.removeprefix("http://"), "llama"}
+    assert result["meta"]["dropped"] == {}

@@ -1,0 +1,154 @@
+"""Ensembles of members on real servers: llama-cpp-python's server and `specem serve-tgi`."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from remote_servers import free_port, tgi_server
+
+from specem_chain import Member, Sampling, SpecEMChatModel
+from specem_chain.errors import EnsembleError, MemberServerError, MemberUnavailable
+
+QUESTION = "Write two sentences about the sea."
+
+
+def llama_member(url: str, folder: Path, **settings: object) -> Member:
+    return Member.openai_completions(url, tokenizer=str(folder), name="llama", **settings)
+
+
+async def test_llamacpp_and_tgi_members_answer_together(llama_url, tgi_url, smollm2_folder):
+    llm = SpecEMChatModel(
+        members=[llama_member(llama_url, smollm2_folder), Member.tgi(tgi_url, name="tgi")],
+        max_tokens=20,
+        window=8,
+        seed=0,
+    )
+    message = await llm.ainvoke(QUESTION)
+    meta = message.response_metadata["specem"]
+    assert message.content.strip()
+    assert set(meta["wins"]) == {"llama", "tgi"}
+    assert meta["dropped"] == {}
+    assert all(u["input_tokens"] > 10 for u in meta["usage"].values())
+    verified = [s for s in meta["segments"] if len(s["candidates"]) == 2]
+    assert verified, "no round compared two candidates"
+    for segment in verified:
+        assert segment["verifiers"] == ["llama", "tgi"]
+        for row in segment["scores"]:
+            assert sum(row) == pytest.approx(1.0)
+
+
+async def test_a_local_and_a_remote_copy_of_one_model_score_alike(tgi_url):
+    """Same model, same template: the TGI member's scores match the in-process member's,
+    so the candidate's tokens and its end-of-turn token are mapped right over HTTP."""
+    llm = SpecEMChatModel(
+        members=[Member.local("smollm2", name="local"), Member.tgi(tgi_url, name="remote")],
+        max_tokens=24,
+        window=8,
+        seed=3,
+    )
+    message = await llm.ainvoke(QUESTION)
+    segments = message.response_metadata["specem"]["segments"]
+    assert message.content.strip()
+    compared = [s for s in segments if len(s["candidates"]) == 2]
+    assert compared
+    for segment in compared:
+        local, remote = segment["scores"]
+        assert local == pytest.approx(remote, abs=2e-3)
+
+
+async def test_a_member_killed_mid_answer_is_dropped_and_the_answer_completes(tgi_url, tmp_path):
+    with tgi_server(tmp_path) as (doomed_url, process):
+        llm = SpecEMChatModel(
+            members=[
+                Member.tgi(doomed_url, name="doomed", retries=1, timeout=10),
+                Member.tgi(tgi_url, name="survivor"),
+            ],
+            max_tokens=24,
+            window=6,
+            seed=1,
+        )
+        chunks = []
+        async for chunk in llm.astream(QUESTION):
+            if not chunks:
+                process.kill()
+                process.wait()
+            chunks.append(chunk)
+    answer = sum(chunks[1:], chunks[0])
+    meta = answer.response_metadata["specem"]
+    assert len(chunks) > 1 and answer.content.strip()
+    assert list(meta["dropped"]) == ["doomed"]
+    assert "cannot reach" in meta["dropped"]["doomed"]
+    assert meta["weights"]["doomed"] == 0.0
+    later = meta["segments"][-1]
+    assert later["verifiers"] == ["survivor"]
+    assert [c["member"] for c in later["candidates"]] == ["survivor"]
+
+
+async def test_concurrent_requests_equal_the_same_requests_alone(tgi_url):
+    """16 requests at once over HTTP; each equals the same request made alone.
+
+    Both members sit behind the TGI-protocol server, whose numbers do not depend on what
+    else it is serving. (llama.cpp's do: its prompt-prefix cache changes how a prompt is
+    batched, which moves its logits, so a llama-cpp-python member is reproducible alone but
+    not bit-for-bit under concurrency.)
+    """
+    llm = SpecEMChatModel(
+        members=[
+            Member.tgi(tgi_url, name="cool"),
+            Member.tgi(tgi_url, name="warm", sampling=Sampling(temperature=1.0)),
+        ],
+        max_tokens=12,
+        window=6,
+    )
+    requests = [("Name a fruit.", 0), ("Say hello.", 1), ("What is 3+4?", 2), ("Hi!", 3)]
+    alone = {r: provenance(await llm.ainvoke(r[0], seed=r[1])) for r in requests}
+    together = await asyncio.gather(*(llm.ainvoke(q, seed=s) for q, s in requests * 4))
+    assert len(together) == 16
+    assert [provenance(m) for m in together] == [alone[r] for r in requests * 4]
+    assert len({alone[r][0] for r in requests}) == len(requests)  # four different answers
+
+
+def provenance(message) -> tuple:
+    specem = message.response_metadata["specem"]
+    return message.content, specem["segments"], specem["weights"]
+
+
+async def test_a_tgi_server_without_prefill_logprobs_gets_a_clear_error(tmp_path):
+    with tgi_server(tmp_path, "--no-prefill-logprobs") as (url, _):
+        llm = SpecEMChatModel(members=[Member.tgi(url, name="a"), "smollm2"], max_tokens=8)
+        with pytest.raises(MemberServerError, match="--enable-prefill-logprobs"):
+            await llm.ainvoke("Hi")
+
+
+async def test_an_unreachable_url_gets_a_clear_error():
+    url = f"http://127.0.0.1:{free_port()}"
+    member = Member.tgi(url, name="nowhere", retries=1, timeout=2, api_key="sk-secret-123")
+    llm = SpecEMChatModel(members=[member, "smollm2"], max_tokens=8)
+    with pytest.raises(MemberUnavailable, match=f"cannot reach GET {url}/info") as caught:
+        await llm.ainvoke("Hi")
+    assert "sk-secret-123" not in str(caught.value)
+
+
+async def test_the_wrong_kind_of_server_gets_a_clear_error(llama_url, tgi_url):
+    root = llama_url.removesuffix("/v1")
+    wrong = SpecEMChatModel(members=[Member.tgi(root, name="x"), "smollm2"], max_tokens=8)
+    with pytest.raises(MemberServerError, match="is not a TGI server"):
+        await wrong.ainvoke("Hi")
+    wrong = SpecEMChatModel(
+        members=[Member.openai_completions(tgi_url, name="y"), "smollm2"], max_tokens=8
+    )
+    with pytest.raises(MemberServerError, match="is not an OpenAI-style API root"):
+        await wrong.ainvoke("Hi")
+    missing = SpecEMChatModel(
+        members=[Member.openai_completions(llama_url, model="nope"), "smollm2"], max_tokens=8
+    )
+    with pytest.raises(MemberServerError, match="does not serve 'nope'"):
+        await missing.ainvoke("Hi")
+
+
+async def test_remote_members_refuse_logit_scoring(tgi_url):
+    llm = SpecEMChatModel(members=[Member.tgi(tgi_url), "smollm2"], scoring="mean_logit")
+    with pytest.raises(EnsembleError, match="use scoring='mean_logprob'"):
+        await llm.ainvoke("Hi")

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from specem_chain.backends.transformers import MAX_CHARACTER_TOKENS
+from specem_chain.backends.base import MAX_CHARACTER_TOKENS
 from specem_chain.engine import EngineConfig
 from specem_chain.ensemble import Answer, answer_rounds
 from specem_chain.errors import EnsembleError, PromptTooLongError
@@ -123,3 +123,12 @@ async def test_members_must_have_distinct_names(tiny_models):
     twice = [Member.local(str(tiny_models["qwen2"]))] * 2
     with pytest.raises(EnsembleError, match="unique"):
         await run(twice)
+
+
+async def test_members_may_run_in_another_dtype(tiny_models):
+    members = [
+        Member.local(str(tiny_models["llama"]), dtype="bfloat16"),
+        Member.local(str(tiny_models["qwen2"])),
+    ]
+    answer = await run(members, seed=8, max_tokens=16)
+    assert answer.rounds and all(len(e.scores) == 2 for e in answer.rounds if e.verified)

@@ -1,0 +1,376 @@
+"""Members that run in this process with llama.cpp (llama-cpp-python), from a GGUF file.
+
+A :class:`LlamaCppBackend` holds what is heavy and shared: one loaded ``Llama`` per GGUF
+file, with its single KV cache, and the tokens that cache holds. A :class:`LlamaCppSession`
+holds one request's token ids. Every call takes the backend's lock and brings the cache to
+what it needs by reading only the tokens after the longest common prefix of the cache and
+the session's context, so a request never re-reads its context.
+
+llama.cpp's numbers for a token depend slightly on how tokens were batched when read, so a
+request must see only the cache its own calls built: a new request starts from an empty
+cache, and when requests interleave, the one that takes the cache over saves the other's
+state (its tokens' keys and values) and restores its own. Answers are then the same whether
+requests run alone or together.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import os
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+import llama_cpp
+import numpy as np
+import numpy.typing as npt
+from jinja2 import Template
+from jinja2.ext import loopcontrols
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+from llama_cpp._internals import LlamaSampler, LlamaTokenDataArray
+
+from .. import defaults
+from ..errors import MemberSpecError, PromptTooLongError
+from ..members import Member, Sampling
+from .base import MAX_CHARACTER_TOKENS, Draft, Scoring, Segment, finish_draft
+from .chat import (
+    PLAIN_STOP,
+    PROBE_CONVERSATION,
+    Message,
+    end_of_turn_text,
+    plain_transcript,
+    render_folding_system,
+)
+
+CONTEXT = 8192
+"""Tokens the KV cache of one loaded model holds (fewer if the model was trained on fewer)."""
+
+THREADS = os.cpu_count() or 1
+
+Logits = npt.NDArray[np.float32]
+
+
+def gguf_file(member: Member) -> Path:
+    """The GGUF a llama.cpp member loads: a built-in model's, or the member's own file."""
+    if defaults.builtin(member.source) is not None:
+        return defaults.gguf_path(member.source)
+    path = Path(member.source).expanduser()
+    if path.suffix == ".gguf" and path.is_file():
+        return path.resolve()
+    raise MemberSpecError(
+        f"member {member.source!r} runs on llama.cpp, which needs a built-in model name "
+        "or a .gguf file"
+    )
+
+
+def compile_template(source: str) -> Template:
+    """A chat template from GGUF metadata, compiled as transformers compiles one."""
+
+    def raise_exception(message: str) -> None:
+        raise ValueError(message)
+
+    env = ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols]
+    )
+    env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
+    return env.from_string(source)
+
+
+class LlamaCppBackend:
+    """A loaded GGUF model, its KV cache and its tokenizer, shared by every request."""
+
+    def __init__(self, llm: llama_cpp.Llama, *, name: str) -> None:
+        self.llm = llm
+        self.name = name
+        self.lock = threading.Lock()
+        """Held by every call that reads or changes the KV cache."""
+        self.cached: list[int] = []
+        """The tokens whose keys and values the KV cache holds, in order."""
+        self.owner: LlamaCppSession | None = None
+        """The session whose calls built the cache."""
+        self.max_context = min(llm.n_ctx(), llm._model.n_ctx_train() or llm.n_ctx())
+        meta = llm.metadata
+        self.special = {
+            name: self.detokenize([int(meta[f"tokenizer.ggml.{name}_id"])], special=True)
+            for name in ("bos_token", "eos_token")
+            if f"tokenizer.ggml.{name}_id" in meta
+        }
+        source = meta.get("tokenizer.chat_template")
+        self.template = compile_template(source) if source else None
+        self.end_of_turn, self.turn_end = self._end_of_turn(meta)
+
+    @classmethod
+    def load(cls, member: Member) -> LlamaCppBackend:
+        """Load the member's GGUF, or return the copy this process already loaded."""
+        path = gguf_file(member)
+        key = (str(path), CONTEXT, THREADS)
+        with _loading:
+            if key not in _loaded:
+                llm = llama_cpp.Llama(
+                    model_path=str(path),
+                    n_ctx=CONTEXT,
+                    n_threads=THREADS,
+                    n_threads_batch=THREADS,
+                    verbose=False,
+                )
+                _loaded[key] = cls(llm, name=member.label)
+            return _loaded[key]
+
+    def _end_of_turn(self, meta: dict[str, str]) -> tuple[frozenset[int], int]:
+        """Token ids that end the member's turn (the GGUF's eos and eot, and the marker its
+        template ends a turn with), and the one a finished candidate is scored with."""
+        ids = [
+            int(meta[key])
+            for key in ("tokenizer.ggml.eot_token_id", "tokenizer.ggml.eos_token_id")
+            if key in meta
+        ]
+        if self.template is not None:
+            marker = self.tokenize(end_of_turn_text(self._render(PROBE_CONVERSATION, False)))
+            if len(marker) == 1 and marker[0] not in ids:
+                ids.insert(0, marker[0])
+        if not ids:
+            raise MemberSpecError(f"member {self.name!r}: its GGUF names no end-of-turn token")
+        return frozenset(ids), ids[0]
+
+    # -- text and tokens ---------------------------------------------------------------
+
+    def tokenize(self, text: str, *, bos: bool = False, special: bool = True) -> list[int]:
+        return self.llm.tokenize(text.encode(), add_bos=bos, special=special)
+
+    def detokenize(self, tokens: Sequence[int], *, special: bool = False) -> str:
+        """Text of the tokens (llama-cpp-python's own cuts pieces longer than 32 bytes)."""
+        array = (llama_cpp.llama_token * len(tokens))(*tokens)
+
+        def into(size: int) -> tuple[ctypes.Array[ctypes.c_char], int]:
+            buffer = ctypes.create_string_buffer(size)
+            vocab = self.llm._model.vocab
+            return buffer, llama_cpp.llama_detokenize(
+                vocab, array, len(tokens), buffer, size, False, special
+            )
+
+        buffer, length = into(16 * len(tokens) + 16)
+        if length < 0:  # the buffer was short by that much
+            buffer, length = into(-length)
+        return buffer.raw[:length].decode("utf-8", errors="replace")
+
+    def encode(self, segment: Segment) -> list[int]:
+        ids = self.tokenize(segment.text, special=False)
+        if segment.finished:
+            ids.append(self.turn_end)
+        return ids
+
+    def _render(self, messages: Sequence[Message], generation_prompt: bool) -> str:
+        assert self.template is not None
+        return self.template.render(
+            messages=[dict(m) for m in messages],
+            add_generation_prompt=generation_prompt,
+            **self.special,
+        )
+
+    def render(self, messages: Sequence[Message]) -> tuple[list[int], tuple[str, ...]]:
+        """Token ids of the conversation, ready for the answer, and the member's stop texts.
+
+        As :meth:`TransformersBackend.render`: the GGUF's chat template (with the system
+        text folded into the first user turn if the template rejects a system turn), or the
+        plain transcript for a model without a template.
+        """
+        if self.template is None:
+            return self.tokenize(plain_transcript(messages), bos=True), PLAIN_STOP
+        text = render_folding_system(lambda turns: self._render(turns, True), messages)
+        return self.tokenize(text), ()
+
+    async def open(self, messages: Sequence[Message]) -> LlamaCppSession:
+        """Start a request; its prompt is read by its first draft or verification."""
+        ids, stop_texts = self.render(messages)
+        if len(ids) >= self.max_context:
+            raise PromptTooLongError(
+                f"the prompt is {len(ids)} tokens for member {self.name!r}, whose context "
+                f"holds {self.max_context}; shorten the conversation"
+            )
+        return LlamaCppSession(self, ids, stop_texts)
+
+    # -- the KV cache ------------------------------------------------------------------
+
+    def take(self, session: LlamaCppSession) -> None:
+        """Give the cache to ``session``: save the owner's state, restore the session's.
+        Call with :attr:`lock` held."""
+        if self.owner is session:
+            return
+        ctx = self.llm.ctx
+        if self.owner is not None:
+            state = (ctypes.c_uint8 * llama_cpp.llama_state_seq_get_size(ctx, 0))()
+            llama_cpp.llama_state_seq_get_data(ctx, state, len(state), 0)
+            self.owner.saved = SavedState(list(self.cached), state)
+        self.llm._ctx.kv_cache_clear()
+        self.cached = []
+        saved, session.saved = session.saved, None
+        if saved is not None:
+            if not llama_cpp.llama_state_seq_set_data(ctx, saved.state, len(saved.state), 0):
+                raise RuntimeError("llama.cpp could not restore a saved KV cache")
+            self.cached = saved.tokens
+        self.owner = session
+
+    def release(self, session: LlamaCppSession) -> None:
+        with self.lock:
+            session.saved = None
+            if self.owner is session:
+                self.owner = None
+
+    def logits(self, ids: Sequence[int], first: int) -> Logits:
+        """Bring the KV cache to ``ids``; return the logits at positions ``first`` onwards.
+
+        Reads only the tokens after the common prefix of the cache and ``ids`` (and those
+        from ``first`` on, to get their logits). Call with :attr:`lock` held.
+        """
+        keep = min(common_prefix(self.cached, ids), first)
+        try:
+            if not self.llm._ctx.kv_cache_seq_rm(-1, keep, -1):
+                raise RuntimeError("llama.cpp could not drop the end of its KV cache")
+            del self.cached[keep:]
+            self._read(ids[keep:first], outputs=False)
+            return self._read(ids[first:], outputs=True)
+        except BaseException:
+            self.llm._ctx.kv_cache_clear()
+            self.cached = []
+            raise
+
+    def _read(self, tokens: Sequence[int], *, outputs: bool) -> Logits:
+        """Append ``tokens`` to the cache; return their logits if ``outputs``."""
+        rows: list[Logits] = []
+        n_vocab = self.llm.n_vocab()
+        for start in range(0, len(tokens), self.llm.n_batch):
+            chunk = list(tokens[start : start + self.llm.n_batch])
+            self.llm._batch.set_batch(chunk, n_past=len(self.cached), logits_all=outputs)
+            self.llm._ctx.decode(self.llm._batch)
+            self.cached.extend(chunk)
+            if outputs:
+                logits = self.llm._ctx.get_logits()
+                rows.append(np.ctypeslib.as_array(logits, shape=(len(chunk), n_vocab)).copy())
+        return np.concatenate(rows) if rows else np.empty((0, n_vocab), np.float32)
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """Length of the longest common prefix of two token sequences."""
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    return next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
+
+
+_loading = threading.Lock()
+_loaded: dict[tuple[str, int, int], LlamaCppBackend] = {}
+
+
+@dataclass(frozen=True)
+class SavedState:
+    """A session's KV cache while another session uses it."""
+
+    tokens: list[int]
+    state: ctypes.Array[ctypes.c_uint8]
+
+
+class TokenSampler:
+    """Samples tokens from logits as a draft does: temperature, then top-p, seeded."""
+
+    def __init__(self, n_vocab: int, sampling: Sampling, seed: int) -> None:
+        self.chain = LlamaSampler()
+        if sampling.temperature == 0:
+            self.chain.add_greedy()
+        else:
+            self.chain.add_temp(sampling.temperature)
+            if sampling.top_p < 1.0:
+                self.chain.add_top_p(sampling.top_p, 1)
+            self.chain.add_dist(seed)
+        self.array = LlamaTokenDataArray(n_vocab=n_vocab)
+
+    def __call__(self, logits: Logits) -> int:
+        self.array.copy_logits(logits)
+        candidates = self.array.candidates
+        llama_cpp.llama_sampler_apply(self.chain.sampler, ctypes.byref(candidates))
+        return int(candidates.data[candidates.selected].id)
+
+
+class LlamaCppSession:
+    """One request's state for one llama.cpp member: its token context."""
+
+    def __init__(
+        self, backend: LlamaCppBackend, prompt: list[int], stop_texts: tuple[str, ...]
+    ) -> None:
+        self.backend = backend
+        self.ids = list(prompt)
+        self.stop_texts = stop_texts
+        self.prompt_tokens = len(prompt)
+        self.saved: SavedState | None = None
+
+    async def draft(self, window: int, sampling: Sampling, seed: int) -> Draft:
+        return await asyncio.to_thread(self._draft, window, sampling, seed)
+
+    async def score(self, candidates: Sequence[Segment], scoring: Scoring) -> list[float]:
+        return await asyncio.to_thread(self._score, candidates, scoring)
+
+    async def accept(self, segment: Segment) -> int:
+        """Append the segment to the context; the next call reads it into the cache."""
+        ids = self.backend.encode(segment)
+        self.ids.extend(ids)
+        return len(ids)
+
+    async def aclose(self) -> None:
+        await asyncio.to_thread(self.backend.release, self)
+
+    def _draft(self, window: int, sampling: Sampling, seed: int) -> Draft:
+        backend = self.backend
+        sample = TokenSampler(backend.llm.n_vocab(), sampling, seed)
+        tokens: list[int] = []
+        finished = False
+        # Past the window, draft only to complete a character whose bytes it cut apart.
+        limit = min(window + MAX_CHARACTER_TOKENS, backend.max_context - len(self.ids))
+        with backend.lock:
+            backend.take(self)
+            logits = backend.logits(self.ids, len(self.ids) - 1)[0]
+            while len(tokens) < limit:
+                token = sample(logits)
+                if token in backend.end_of_turn:
+                    finished = True
+                    break
+                tokens.append(token)
+                if len(tokens) >= limit or (
+                    len(tokens) >= window and not self._decode(tokens).endswith("\ufffd")
+                ):
+                    break
+                context = self.ids + tokens
+                logits = backend.logits(context, len(context) - 1)[0]
+        return finish_draft(self._decode(tokens), len(tokens), finished, self.stop_texts)
+
+    def _decode(self, tokens: list[int]) -> str:
+        """Decode drafted tokens as they read after the context (keeps a leading space)."""
+        anchor = self.ids[-1:]
+        head = self.backend.detokenize(anchor)
+        return self.backend.detokenize(anchor + tokens)[len(head) :]
+
+    def _score(self, candidates: Sequence[Segment], scoring: Scoring) -> list[float]:
+        sequences = [self.backend.encode(c) for c in candidates]
+        if any(not s for s in sequences):
+            raise ValueError("cannot score an empty candidate that does not end the turn")
+        scores = []
+        with self.backend.lock:
+            self.backend.take(self)
+            for seq in sequences:
+                # The logits from the context's last token on predict the candidate's tokens;
+                # its last token predicts nothing and is not read.
+                logits = self.backend.logits(self.ids + seq[:-1], len(self.ids) - 1)
+                scores.append(mean_score(logits, seq, scoring))
+        return scores
+
+
+def mean_score(logits: Logits, targets: Sequence[int], scoring: Scoring) -> float:
+    """Mean log-probability (or raw logit) of ``targets[i]`` under ``logits[i]``."""
+    rows = logits.astype(np.float64)
+    picked = rows[np.arange(len(targets)), targets]
+    if scoring == "mean_logprob":
+        top = rows.max(axis=1)
+        picked = picked - top - np.log(np.exp(rows - top[:, None]).sum(axis=1))
+    return float(picked.mean())

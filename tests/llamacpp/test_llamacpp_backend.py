@@ -1,0 +1,128 @@
+"""Members on llama.cpp: the same scores as transformers, seeded drafts, shared caches."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+
+import pytest
+from langchain_core.messages import HumanMessage
+from reference_scoring import QUESTION
+
+from specem_chain import SpecEMChatModel
+from specem_chain.backends.base import Segment
+from specem_chain.backends.llamacpp import LlamaCppBackend
+from specem_chain.ensemble import load_backend
+from specem_chain.members import Member, Sampling
+
+pytestmark = pytest.mark.models
+
+SMOLLM2 = Member(source="smollm2", backend="llamacpp")
+QWEN = Member(source="qwen2.5-coder", backend="llamacpp")
+
+SCORE_TOLERANCE = 0.5
+"""Mean log-probs, llama.cpp vs transformers on the dequantised weights in float32.
+llama.cpp multiplies by the Q4_1 blocks with 8-bit quantised activations; measured on
+SmolLM2: 0.30 at most (a single-token candidate), 0.01-0.06 for longer ones."""
+
+
+async def test_scores_match_transformers_on_the_same_weights():
+    llama = load_backend(SMOLLM2)
+    reference = load_backend(Member(source="smollm2"))
+    assert isinstance(llama, LlamaCppBackend)
+    sessions = [await llama.open(QUESTION), await reference.open(QUESTION)]
+    assert sessions[0].ids == sessions[1].ids  # the same chat template and tokenizer
+    for session in sessions:
+        await session.accept(Segment(" Natalia sold"))
+    candidates = [
+        Segment(" 48 clips in April and half as many in May"),
+        Segment(" clips"),  # a single token
+        Segment(" The quick brown fox"),
+        Segment(" She sold 48 clips in April, so 24 in May: 72 in all."),
+        Segment(" 72", finished=True),  # scored with the end-of-turn token
+        Segment("", finished=True),
+    ]
+    assert [llama.encode(c) for c in candidates] == [sessions[1]._encode(c) for c in candidates]
+
+    ours, theirs = [await s.score(candidates, "mean_logprob") for s in sessions]
+
+    assert max(abs(a - b) for a, b in zip(ours, theirs)) <= SCORE_TOLERANCE
+    assert sorted(range(6), key=ours.__getitem__) == sorted(range(6), key=theirs.__getitem__)
+
+
+async def test_a_request_reads_each_token_once(monkeypatch):
+    backend = load_backend(SMOLLM2)
+    assert isinstance(backend, LlamaCppBackend)
+    reads: list[int] = []
+    read = backend._read
+
+    def counted(tokens, *, outputs):
+        reads.append(len(tokens))
+        return read(tokens, outputs=outputs)
+
+    monkeypatch.setattr(backend, "_read", counted)
+    session = await backend.open(QUESTION)
+    draft = await session.draft(6, Sampling(), 0)
+    assert sum(reads) == len(session.ids) + draft.tokens - 1  # the last one predicts nothing
+    reads.clear()
+    candidates = [Segment(" 48 clips"), Segment(" 72")]
+    await session.score(candidates, "mean_logprob")
+    # per candidate: the context's last token (for its logits), then the candidate's tokens
+    # but the last
+    assert sum(reads) == sum(len(backend.encode(c)) for c in candidates)
+    accepted = await session.accept(candidates[0])
+    reads.clear()
+    await session.draft(1, Sampling(), 0)
+    assert 0 < sum(reads) <= accepted  # the context before the accepted text is kept
+    await session.aclose()
+
+
+async def test_a_seeded_draft_is_reproducible():
+    backend = load_backend(QWEN)
+    hot = Sampling(temperature=1.0, top_p=1.0)
+    first = await backend.open(QUESTION)
+    drafts = [await first.draft(8, hot, 3) for _ in range(2)]
+    other = await backend.open(QUESTION)  # takes the cache over, then gives it back
+    drafts.append(await other.draft(8, hot, 3))
+    drafts.append(await first.draft(8, hot, 3))
+    assert len(set(drafts)) == 1
+    assert len({await first.draft(8, hot, seed) for seed in range(6)}) > 1
+    await first.aclose()
+    await other.aclose()
+
+
+async def test_the_ensemble_answers_on_llamacpp_members():
+    model = SpecEMChatModel(members=[SMOLLM2, QWEN], max_tokens=24, seed=0)
+    reply = await model.ainvoke([HumanMessage(QUESTION[0]["content"])])
+    segments = reply.response_metadata["specem"]["segments"]
+    assert reply.content.strip()
+    assert segments and "".join(s["text"] for s in segments) == reply.content
+    assert {s["member"] for s in segments} <= {"smollm2", "qwen2.5-coder"}
+
+
+async def test_concurrent_requests_answer_as_they_do_alone(monkeypatch):
+    model = SpecEMChatModel(members=[SMOLLM2, QWEN], max_tokens=16, seed=0)
+    questions = [[HumanMessage("What is the capital of France?")], [HumanMessage("Name a fruit.")]]
+    alone = [(await model.ainvoke(q)).content for q in questions]
+
+    owners: dict[int, list[int]] = {}
+    take = LlamaCppBackend.take
+
+    def spy(self, session):
+        owners.setdefault(id(self), []).append(id(session))
+        take(self, session)
+
+    monkeypatch.setattr(LlamaCppBackend, "take", spy)
+    together = await asyncio.gather(*(model.ainvoke(q) for q in questions))
+
+    switches = sum(a != b for calls in owners.values() for a, b in itertools.pairwise(calls))
+    assert switches >= 2  # the two requests did interleave on a shared cache
+    assert [r.content for r in together] == alone
+
+
+async def test_a_mixed_ensemble_of_transformers_and_llamacpp_members():
+    members = [Member(source="smollm2"), QWEN]
+    model = SpecEMChatModel(members=members, max_tokens=16, seed=0)
+    reply = await model.ainvoke([HumanMessage(QUESTION[0]["content"])])
+    assert reply.content.strip()
+    assert reply.response_metadata["specem"]["segments"]

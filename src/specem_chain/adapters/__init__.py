@@ -1,0 +1,1 @@
+"""Ways to use the ensemble from outside LangChain."""

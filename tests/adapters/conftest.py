@@ -1,0 +1,17 @@
+"""The OpenAI-compatible server over three tiny members, for the whole module."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from openai_server_harness import serve
+
+from specem_chain import SpecEMChatModel
+
+
+@pytest.fixture(scope="module")
+def tiny_server(tiny_models) -> Iterator[str]:
+    members = [str(tiny_models[name]) for name in ("llama", "qwen2", "plain")]
+    with serve(SpecEMChatModel(members=members, max_tokens=16)) as base:
+        yield base

@@ -1,0 +1,39 @@
+"""Serve a SpecEMChatModel with the OpenAI-compatible app on a free 127.0.0.1 port."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import httpx
+import uvicorn
+
+from specem_chain import SpecEMChatModel
+from specem_chain.adapters.openai_server import create_app
+
+
+@contextmanager
+def serve(llm: SpecEMChatModel) -> Iterator[str]:
+    """``with serve(llm) as base_url: ...``: uvicorn in a thread for the block."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(llm), host="127.0.0.1", port=port, log_level="warning")
+    )
+    thread = threading.Thread(target=server.run, name="specem-test-server", daemon=True)
+    thread.start()
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
+        time.sleep(0.05)
+    assert httpx.get(f"{base}/health").status_code == 200
+    try:
+        yield base
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)

@@ -1,0 +1,124 @@
+"""``specem eval``: the command. Heavy imports wait until it runs, so the rest of the
+command line works without the eval extra."""
+
+from __future__ import annotations
+
+import asyncio
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.text import Text
+
+from ..defaults import DEFAULT_MEMBERS, builtin
+
+err = Console(stderr=True, highlight=False)
+
+
+class TaskName(str, Enum):
+    gsm8k = "gsm8k"
+    instructions = "instructions"
+    reference = "reference"
+
+
+def _fail(message: str) -> typer.Exit:
+    err.print(Text.assemble(("error: ", "bold red"), message))
+    return typer.Exit(2)
+
+
+def _split(values: list[str] | None) -> list[str]:
+    return [v.strip() for value in values or [] for v in value.split(",") if v.strip()]
+
+
+def eval_command(
+    task: Annotated[TaskName, typer.Option(help="How answers are scored.")],
+    data: Annotated[
+        Path, typer.Option(exists=True, dir_okay=False, help="The examples, one JSON a line.")
+    ],
+    members: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Members, comma-separated or repeated (built-in names, folders, .gguf files, "
+            "hub ids, servers). Default: the embedded default ensemble."
+        ),
+    ] = None,
+    limit: Annotated[int | None, typer.Option(min=1, help="Use the first N examples.")] = None,
+    seed: Annotated[int, typer.Option(min=0, help="Base seed; example i uses seed + i.")] = 0,
+    systems: Annotated[
+        str | None,
+        typer.Option(
+            help="Comma-separated systems: member:<name>, specem, specem-no-feedback, "
+            "specem-logit, rank, mbr, vote (gsm8k). Default: all."
+        ),
+    ] = None,
+    out_dir: Annotated[
+        Path | None,
+        typer.Option("--out", file_okay=False, help="Results folder. Default: eval/<task>."),
+    ] = None,
+    max_tokens: Annotated[int, typer.Option(min=1, help="Answer length limit in tokens.")] = 256,
+    window: Annotated[int, typer.Option(min=1, help="Tokens each member drafts per round.")] = 10,
+) -> None:
+    """Compare the ensemble with its members and baselines on a task; resumable."""
+    try:
+        from ..errors import SpecEMError
+        from ..members import Member
+        from . import run, summary
+        from .systems import Settings, build_systems, member_system_name, system_names
+        from .tasks import TASKS
+    except ImportError as error:
+        raise _fail(
+            f"eval needs the eval extra ({error}): pip install 'specem-chain[eval]'"
+        ) from None
+
+    evaluation = TASKS[task.value]
+    out_dir = out_dir or Path("eval") / task.value
+    try:
+        ensemble = [
+            Member(source=s, name=b.name if (b := builtin(s)) else None)
+            for s in _split(members) or DEFAULT_MEMBERS
+        ]
+        examples = evaluation.load(data, limit)
+        settings = Settings(seed=seed, max_tokens=max_tokens, window=window)
+        names = _split([systems] if systems else None) or system_names(ensemble, evaluation)
+        chosen = build_systems(names, ensemble, evaluation, settings)
+        solo = build_systems(
+            [member_system_name(m) for m in ensemble], ensemble, evaluation, settings
+        )
+        manifest = {
+            "task": evaluation.name,
+            "data": data.name,
+            "members": [m.label for m in ensemble],
+            "seed": seed,
+            "max_tokens": max_tokens,
+            "window": window,
+        }
+        store = run.open_store(out_dir, manifest)
+    except (SpecEMError, ValueError) as error:  # pydantic's ValidationError too
+        raise _fail(str(error)) from None
+
+    _quiet_transformers()
+    try:
+        asyncio.run(run.run(evaluation, examples, chosen, solo, store, err))
+    except KeyboardInterrupt:
+        err.print(f"interrupted: run the same command again to resume from {out_dir}")
+        raise typer.Exit(130) from None
+    except SpecEMError as error:
+        raise _fail(str(error)) from None
+
+    members_line = "members: " + ", ".join(m.label for m in ensemble)
+    title = f"{evaluation.name}, {len(examples)} examples\n{members_line}"
+    result = summary.summarise(evaluation, store, names, examples, seed)
+    summary.write(result, out_dir, title)
+    typer.echo(summary.markdown(result), nl=False)
+    err.print(f"results: {out_dir}/summary.md, summary.json, metrics.json, chart.png")
+
+
+def _quiet_transformers() -> None:
+    try:
+        from transformers.utils import logging
+    except ImportError:
+        return
+    logging.set_verbosity_error()
+    logging.disable_progress_bar()

@@ -1,0 +1,126 @@
+"""Scores per system with 95% bootstrap intervals, as markdown, JSON and a bar chart."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TypedDict
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from .run import ResultStore
+from .tasks import Example, Task
+
+RESAMPLES = 2000
+
+
+class Score(TypedDict):
+    score: float
+    ci_low: float
+    ci_high: float
+    n: int
+
+
+Summary = dict[str, dict[str, Score]]
+"""metric -> system -> score; the task's first metric is the headline."""
+
+
+def bootstrap(
+    values: Sequence[float], *, seed: int = 0, resamples: int = RESAMPLES, level: float = 0.95
+) -> Score:
+    """The mean of ``values`` with a percentile bootstrap interval (seeded, reproducible)."""
+    data = np.asarray(values, dtype=float)
+    if data.size == 0:
+        raise ValueError("no values to summarise")
+    rng = np.random.default_rng(seed)
+    means = data[rng.integers(0, data.size, size=(resamples, data.size))].mean(axis=1)
+    low, high = np.quantile(means, [(1 - level) / 2, (1 + level) / 2])
+    # Rounding must not put a mean outside the data's range or outside its own interval.
+    smallest, largest = float(data.min()), float(data.max())
+    mean = min(max(float(data.mean()), smallest), largest)
+    return Score(
+        score=mean,
+        ci_low=min(max(float(low), smallest), mean),
+        ci_high=max(min(float(high), largest), mean),
+        n=int(data.size),
+    )
+
+
+def summarise(
+    task: Task,
+    store: ResultStore,
+    systems: Sequence[str],
+    examples: Sequence[Example],
+    seed: int = 0,
+) -> Summary:
+    """Every metric of every system over the ``examples`` it has finished.
+
+    Answers are scored again here, so a fix to a scorer needs no new answers.
+    """
+    summary: Summary = {metric: {} for metric in task.metrics}
+    for system in systems:
+        scores = [
+            task.score(e, record["text"])
+            for e in examples
+            if (record := store.get(system, e.id)) is not None
+        ]
+        if not scores:
+            continue
+        for metric in task.metrics:
+            values = [s[metric] for s in scores]
+            summary[metric][system] = bootstrap(values, seed=seed)
+    return summary
+
+
+def markdown(summary: Summary) -> str:
+    """One row per system, one column per metric: ``mean [low, high]``, then n."""
+    metrics = list(summary)
+    systems = list(summary[metrics[0]])
+    lines = [
+        "| system | " + " | ".join(f"{m} (95% CI)" for m in metrics) + " | n |",
+        "|---|" + "---|" * len(metrics) + "---|",
+    ]
+    for system in systems:
+        cells = [
+            f"{s['score']:.3f} [{s['ci_low']:.3f}, {s['ci_high']:.3f}]"
+            for s in (summary[m][system] for m in metrics)
+        ]
+        lines.append(
+            f"| {system} | " + " | ".join(cells) + f" | {summary[metrics[0]][system]['n']} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def chart(summary: Summary, path: Path, title: str) -> None:
+    """A horizontal bar per system and metric, with its 95% interval as an error bar."""
+    metrics = list(summary)
+    systems = list(summary[metrics[0]])
+    figure = Figure(figsize=(6 * len(metrics) + 2, 0.5 * len(systems) + 2), layout="constrained")
+    axes = figure.subplots(1, len(metrics), squeeze=False)[0]
+    for ax, metric in zip(axes, metrics):
+        scores = [summary[metric][s] for s in systems]
+        means = [s["score"] for s in scores]
+        errors = [
+            [m - s["ci_low"] for m, s in zip(means, scores)],
+            [s["ci_high"] - m for m, s in zip(means, scores)],
+        ]
+        colours = ["tab:blue" if s.startswith("specem") else "tab:gray" for s in systems]
+        bars = ax.barh(systems, means, xerr=errors, color=colours, capsize=3)
+        ax.bar_label(bars, fmt="%.2f", padding=4)
+        ax.invert_yaxis()
+        ax.set_xlim(0, 1)
+        ax.set_xlabel(f"{metric} (95% CI)")
+    figure.suptitle(title, fontsize=10)
+    figure.savefig(path, dpi=120)
+
+
+def write(summary: Summary, out: Path, title: str) -> None:
+    """``summary.json`` (headline metric), ``metrics.json`` (all), ``summary.md``, ``chart.png``."""
+    headline = next(iter(summary.values()))
+    (out / "summary.json").write_text(json.dumps(headline, indent=2) + "\n", encoding="utf-8")
+    (out / "metrics.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    heading = title.replace("\n", "; ")
+    (out / "summary.md").write_text(f"**{heading}**\n\n" + markdown(summary), encoding="utf-8")
+    chart(summary, out / "chart.png", title)

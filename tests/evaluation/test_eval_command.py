@@ -1,0 +1,67 @@
+"""``specem eval`` end to end on tiny random models: results, summary, chart, resume."""
+
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from specem_chain.cli import app
+
+runner = CliRunner()
+
+
+def test_eval_runs_end_to_end_and_resumes(tiny_models, tmp_path):
+    data = tmp_path / "gsm8k.jsonl"
+    rows = [{"question": f"What is {i} + {i}?", "answer": f"#### {2 * i}"} for i in range(3)]
+    data.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    out = tmp_path / "out"
+    args = [
+        "eval",
+        "--task",
+        "gsm8k",
+        "--data",
+        str(data),
+        "--members",
+        f"{tiny_models['llama']},{tiny_models['qwen2']}",
+        "--limit",
+        "2",
+        "--systems",
+        "member:llama,mbr,vote",
+        "--max-tokens",
+        "6",
+        "--out",
+        str(out),
+    ]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert list(summary) == ["member:llama", "mbr", "vote"]
+    for score in summary.values():
+        assert set(score) == {"score", "ci_low", "ci_high", "n"}
+        assert score["n"] == 2
+        assert score["ci_low"] <= score["score"] <= score["ci_high"]
+    assert (out / "chart.png").stat().st_size > 1000
+    assert "| member:llama |" in (out / "summary.md").read_text()
+    # The baselines needed member:qwen2's answers, which are stored too.
+    records = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
+    assert sorted({r["system"] for r in records}) == ["mbr", "member:llama", "member:qwen2", "vote"]
+    assert len(records) == 8
+
+    again = runner.invoke(app, args)  # everything is stored: nothing runs again
+    assert again.exit_code == 0, again.output
+    assert len((out / "results.jsonl").read_text().splitlines()) == 8
+
+    other_seed = runner.invoke(app, [*args, "--seed", "1"])
+    assert other_seed.exit_code == 2
+    assert "seed differ" in other_seed.output
+
+
+def test_eval_rejects_an_unknown_system(tiny_models, tmp_path):
+    data = tmp_path / "r.jsonl"
+    data.write_text(json.dumps({"id": "a", "prompt": "p", "reference": "r"}) + "\n")
+    member, out = str(tiny_models["llama"]), str(tmp_path / "o")
+    args = ["eval", "--task", "reference", "--data", str(data), "--members", member]
+    result = runner.invoke(app, [*args, "--systems", "vote", "--out", out])
+    assert result.exit_code == 2
+    assert "unknown systems ['vote']" in result.output

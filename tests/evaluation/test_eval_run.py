@@ -1,0 +1,118 @@
+"""The resumable runner: finished (system, example) results are never computed again."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+
+import pytest
+from rich.console import Console
+
+from specem_chain.evaluation.run import ResultStore, ResumeError, open_store, run
+from specem_chain.evaluation.systems import MBR, Output, Solos, Vote
+from specem_chain.evaluation.tasks import TASKS, Example
+
+TASK = TASKS["gsm8k"]
+EXAMPLES = [Example(str(i), i, f"question {i}", str(i)) for i in range(3)]
+
+
+class Recording:
+    """A system that answers "#### <example index>" (+ ``offset``) and records its calls."""
+
+    def __init__(self, name: str, *, needs_solos: bool = False, offset: int = 0) -> None:
+        self.name = name
+        self.needs_solos = needs_solos
+        self.offset = offset
+        self.calls: list[tuple[str, dict[str, str]]] = []
+
+    async def answer(self, example: Example, solos: Solos) -> Output:
+        self.calls.append((example.id, {k: o.text for k, o in solos.items()}))
+        return Output(f"#### {example.index + self.offset}", details={"by": self.name})
+
+
+def go(store, systems, members=()) -> None:
+    quiet = Console(file=io.StringIO())
+    asyncio.run(run(TASK, EXAMPLES, systems, members, store, quiet))
+
+
+def test_a_fresh_run_answers_and_scores_everything(tmp_path):
+    store = ResultStore(tmp_path / "results.jsonl")
+    right, wrong = Recording("right"), Recording("wrong", offset=1)
+    go(store, [right, wrong])
+    assert [c[0] for c in right.calls] == ["0", "1", "2"]
+    lines = [json.loads(x) for x in (tmp_path / "results.jsonl").read_text().splitlines()]
+    assert len(lines) == 6
+    assert {(r["system"], r["id"]) for r in lines} == {
+        (s, e.id) for s in ("right", "wrong") for e in EXAMPLES
+    }
+    assert all(r["metrics"] == {"exact_match": 1.0} for r in lines if r["system"] == "right")
+    assert all(r["metrics"] == {"exact_match": 0.0} for r in lines if r["system"] == "wrong")
+    assert lines[0]["details"] == {"by": "right"} and lines[0]["finished"] is True
+
+
+def test_a_restart_skips_finished_results(tmp_path):
+    path = tmp_path / "results.jsonl"
+    first = ResultStore(path)
+    for record in (("a", "0"), ("b", "0"), ("a", "1")):
+        first.add({"system": record[0], "id": record[1], "text": "old", "metrics": {}})
+    a, b = Recording("a"), Recording("b")
+    go(ResultStore(path), [a, b])
+    assert [c[0] for c in a.calls] == ["2"]
+    assert [c[0] for c in b.calls] == ["1", "2"]
+    again = Recording("a")
+    go(ResultStore(path), [again, Recording("b")])
+    assert again.calls == []
+    assert len(path.read_text().splitlines()) == 6
+
+
+def test_a_line_cut_off_by_a_kill_is_dropped_and_redone(tmp_path):
+    path = tmp_path / "results.jsonl"
+    whole = json.dumps({"system": "a", "id": "0", "text": "x", "metrics": {}})
+    path.write_text(whole + "\n" + '{"system": "a", "id": "1", "te')
+    a = Recording("a")
+    go(ResultStore(path), [a])
+    assert [c[0] for c in a.calls] == ["1", "2"]
+    assert [json.loads(x)["id"] for x in path.read_text().splitlines()] == ["0", "1", "2"]
+
+
+def test_baselines_get_the_solo_answers_which_run_first_once(tmp_path):
+    store = ResultStore(tmp_path / "results.jsonl")
+    store.add({"system": "member:x", "id": "0", "text": "#### 5", "finished": True})
+    x, y = Recording("member:x"), Recording("member:y", offset=1)
+    chooser = Recording("chooser", needs_solos=True)
+    go(store, [chooser, y], members=[x, y])  # member:x is not requested but needed
+    assert [c[0] for c in x.calls] == ["1", "2"]
+    assert [c[0] for c in y.calls] == ["0", "1", "2"]  # not twice, though requested too
+    assert chooser.calls[0] == ("0", {"x": "#### 5", "y": "#### 1"})
+    assert chooser.calls[2] == ("2", {"x": "#### 2", "y": "#### 3"})
+
+
+def test_the_manifest_guards_against_mixing_settings(tmp_path):
+    open_store(tmp_path, {"task": "gsm8k", "seed": 0})
+    assert open_store(tmp_path, {"task": "gsm8k", "seed": 0}).records == {}
+    with pytest.raises(ResumeError, match="seed differ"):
+        open_store(tmp_path, {"task": "gsm8k", "seed": 1})
+
+
+def solos(*texts: str) -> dict[str, Output]:
+    return {f"m{i}": Output(t) for i, t in enumerate(texts)}
+
+
+def test_vote_takes_the_majority_and_breaks_ties_by_member_order():
+    vote = Vote(TASK)
+    example = EXAMPLES[0]
+    three = asyncio.run(vote.answer(example, solos("#### 4", "so 7", "The answer is 7.")))
+    assert three.text == "so 7" and three.details["chosen"] == "m1"
+    tie = asyncio.run(vote.answer(example, solos("no number", "#### 3", "#### 4")))
+    assert tie.details["chosen"] == "m1"
+    none = asyncio.run(vote.answer(example, solos("none", "nothing")))
+    assert none.details["chosen"] == "m0"
+
+
+def test_mbr_picks_the_answer_closest_to_the_others():
+    texts = ("the sky is blue today", "the sky was grey", "the sky is blue")
+    result = asyncio.run(MBR().answer(EXAMPLES[0], solos(*texts)))
+    assert result.details["chosen"] == "m2"
+    # mean ROUGE-L F1 to the others: m0 (8/9 + 4/9) / 2, m1 (4/9 + 1/2) / 2, m2 (8/9 + 1/2) / 2
+    assert result.details["scores"] == pytest.approx([2 / 3, 17 / 36, 25 / 36])

@@ -1,0 +1,73 @@
+"""Bootstrap intervals, the summary table and the chart."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from specem_chain.evaluation.run import ResultStore
+from specem_chain.evaluation.summary import bootstrap, markdown, summarise, write
+from specem_chain.evaluation.tasks import TASKS, Example
+
+
+def coin(n: int, p: float = 0.6, seed: int = 1) -> list[float]:
+    return list((np.random.default_rng(seed).random(n) < p).astype(float))
+
+
+def test_interval_contains_the_mean_and_is_a_95_percent_interval():
+    values = coin(200)
+    result = bootstrap(values, seed=3)
+    assert result["score"] == pytest.approx(np.mean(values))
+    assert result["ci_low"] < result["score"] < result["ci_high"]
+    assert result["n"] == 200
+    # The normal approximation of a proportion's 95% interval: mean +- 1.96 * sd / sqrt(n).
+    half = 1.96 * np.sqrt(result["score"] * (1 - result["score"]) / 200)
+    assert result["ci_high"] - result["ci_low"] == pytest.approx(2 * half, rel=0.15)
+
+
+def test_interval_narrows_with_more_data():
+    small, large = bootstrap(coin(25), seed=0), bootstrap(coin(400), seed=0)
+    assert (large["ci_high"] - large["ci_low"]) < (small["ci_high"] - small["ci_low"]) / 2
+
+
+def test_the_same_seed_gives_the_same_interval():
+    values = coin(50)
+    assert bootstrap(values, seed=5) == bootstrap(values, seed=5)
+    assert bootstrap(values, seed=5) != bootstrap(values, seed=6)
+
+
+def test_all_equal_values_give_a_zero_width_interval():
+    assert bootstrap([0.3] * 10) == {"score": 0.3, "ci_low": 0.3, "ci_high": 0.3, "n": 10}
+    assert bootstrap([1.0]) == {"score": 1.0, "ci_low": 1.0, "ci_high": 1.0, "n": 1}
+
+
+def test_no_values_is_an_error():
+    with pytest.raises(ValueError, match="no values"):
+        bootstrap([])
+
+
+def test_summary_covers_the_run_examples_only_and_writes_every_file(tmp_path):
+    store = ResultStore(tmp_path / "results.jsonl")
+    for system, hits in (("member:a", [1, 0, 1]), ("specem", [1, 1, 1])):
+        for i, hit in enumerate(hits):
+            store.add({"system": system, "id": str(i), "text": f"#### {hit}"})
+    examples = [Example(str(i), i, "q", "1") for i in range(2)]  # the run's limit is 2
+    summary = summarise(TASKS["gsm8k"], store, ["member:a", "specem", "rank"], examples)
+    assert list(summary) == ["exact_match"]
+    assert summary["exact_match"]["member:a"]["score"] == 0.5
+    assert summary["exact_match"]["member:a"]["n"] == 2
+    assert "rank" not in summary["exact_match"]  # nothing finished yet
+    write(summary, tmp_path, "gsm8k")
+    assert json.loads((tmp_path / "summary.json").read_text()) == summary["exact_match"]
+    table = (tmp_path / "summary.md").read_text()
+    assert "| specem | 1.000 [1.000, 1.000] | 2 |" in table
+    assert (tmp_path / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_markdown_has_a_column_per_metric():
+    score = {"score": 0.5, "ci_low": 0.25, "ci_high": 0.75, "n": 4}
+    table = markdown({"rougeL": {"mbr": score}, "rouge2": {"mbr": score}})
+    assert table.splitlines()[0] == "| system | rougeL (95% CI) | rouge2 (95% CI) | n |"
+    assert table.splitlines()[2] == "| mbr | 0.500 [0.250, 0.750] | 0.500 [0.250, 0.750] | 4 |"

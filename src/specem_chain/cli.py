@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -17,7 +18,9 @@ from . import defaults
 from .engine import EngineConfig
 from .ensemble import Answer, answer_rounds
 from .errors import SpecEMError
+from .evaluation import cli as evaluation_cli
 from .members import Member
+from .report import report
 
 app = typer.Typer(
     help="SpecEM: several LLMs write one answer together, one segment at a time.",
@@ -26,6 +29,7 @@ app = typer.Typer(
 )
 models_app = typer.Typer(help="The built-in members, which install from the package index.")
 app.add_typer(models_app, name="models")
+app.command("eval")(evaluation_cli.eval_command)
 
 COLOURS = ("cyan", "magenta", "green", "yellow", "blue", "red")
 out = Console(highlight=False)
@@ -76,10 +80,20 @@ def chat(
     as_json: Annotated[
         bool, typer.Option("--json", help="Print one JSON object instead of streaming.")
     ] = False,
+    report_path: Annotated[
+        Path | None,
+        typer.Option(
+            "--report",
+            help="Also write an HTML page of the answer's provenance to this path.",
+            dir_okay=False,
+        ),
+    ] = None,
 ) -> None:
     """Answer PROMPT with the ensemble, streaming each segment in its member's colour."""
     if not prompt.strip():
         raise fail("the prompt is empty: give a question to answer")
+    if report_path and not report_path.parent.is_dir():
+        raise fail(f"--report: folder {str(report_path.parent)!r} does not exist")
     try:
         config = EngineConfig(
             window=window,
@@ -103,6 +117,12 @@ def chat(
     else:
         out.print()
         out.print(summary(answer))
+    if report_path:
+        try:
+            report_path.write_text(report(answer.to_json(), question=prompt), encoding="utf-8")
+        except OSError as error:
+            raise fail(f"cannot write the report: {error}") from None
+        err.print(f"report: {report_path}")
 
 
 async def _chat(
@@ -138,22 +158,94 @@ def summary(answer: Answer) -> Table:
     return table
 
 
+@app.command()
+def serve(
+    member: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--member",
+            "-m",
+            help="A member, as for chat. Repeatable. Default: the embedded default ensemble.",
+        ),
+    ] = None,
+    host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+) -> None:
+    """Serve the ensemble over the OpenAI chat API: POST /v1/chat/completions."""
+    quiet_transformers()
+    try:
+        import uvicorn
+
+        from .adapters.openai_server import create_app
+    except ImportError:
+        raise fail("serve needs the serve extra: pip install 'specem-chain[serve]'") from None
+    from .chat_model import SpecEMChatModel
+
+    try:
+        llm = SpecEMChatModel(members=member) if member else SpecEMChatModel()
+        llm.invoke("Hello", max_tokens=1)  # load every member now, not in the first request
+    except ValidationError as error:
+        raise fail(describe(error)) from None
+    except SpecEMError as error:
+        raise fail(str(error)) from None
+    err.print(f"serving {llm.model_name} at http://{host}:{port}/v1")
+    uvicorn.run(create_app(llm), host=host, port=port)
+
+
+@app.command()
+def bench(
+    member: Annotated[
+        list[str] | None,
+        typer.Option("--member", "-m", help="Members; default: the embedded default ensemble."),
+    ] = None,
+    lengths: Annotated[
+        list[int] | None, typer.Option("--length", help="Answer lengths. Repeatable.")
+    ] = None,
+    repeats: Annotated[int, typer.Option(min=1, help="Runs per length.")] = 3,
+    reference_repeats: Annotated[
+        int, typer.Option(min=1, help="Runs per length of the (slow) reference design.")
+    ] = 3,
+    out_dir: Annotated[
+        Path | None,
+        typer.Option("--out", help="Write speed.md, speed.json and speed.png here."),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Measure speed against the members alone and against the reference design."""
+    quiet_transformers()
+    from .benchmark import speed
+
+    members = [Member(source=s) for s in (member or defaults.DEFAULT_MEMBERS)]
+    try:
+        result = speed.measure(
+            members, lengths or [64, 256, 512], repeats, reference_repeats, err.log
+        )
+    except SpecEMError as error:
+        raise fail(str(error)) from None
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / "speed.json").write_text(json.dumps(result, indent=2) + "\n")
+        (out_dir / "speed.md").write_text(speed.table(result) + "\n")
+        speed.plot(result, out_dir / "speed.png")
+    if as_json:
+        out.print_json(json.dumps(result))
+    else:
+        out.print(speed.table(result))
+
+
 @models_app.command("list")
 def models_list() -> None:
     """Show the built-in members and whether they are cached."""
-    table = Table()
-    for column in ("name", "aliases", "role", "cached", "licence", "description"):
-        table.add_column(column)
     for row in defaults.list_models():
-        table.add_row(
-            row.name,
-            ", ".join(row.aliases),
-            "default" if row.default else "optional",
-            "yes" if row.cached else "no",
-            row.licence,
-            row.description,
+        out.print(
+            Text.assemble(
+                (row.name, "bold"),
+                f"  (alias {', '.join(row.aliases)})  ",
+                ("default" if row.default else "optional", "green" if row.default else ""),
+                f" member, {'cached' if row.cached else 'not cached yet'}, {row.licence}",
+            )
         )
-    out.print(table)
+        out.print(f"    {row.description}")
 
 
 @models_app.command("pull")
@@ -168,4 +260,26 @@ def models_pull(
         for name in names or defaults.DEFAULT_MEMBERS:
             out.print(f"{name}: {defaults.model_folder(name)}")
     except SpecEMError as error:
+        raise fail(str(error)) from None
+
+
+@app.command("serve-tgi")
+def serve_tgi(
+    member: Annotated[str, typer.Argument(help="A local member: built-in name, folder, .gguf.")],
+    host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8080,
+    prefill_logprobs: Annotated[
+        bool,
+        typer.Option(help="Return prefill log-probs (off: like TGI v3 without the flag)."),
+    ] = True,
+) -> None:
+    """Serve MEMBER over TGI's HTTP protocol, for use as a tgi+http:// member elsewhere."""
+    quiet_transformers()
+    try:
+        from .servers.tgi import serve
+    except ImportError:
+        raise fail("serve-tgi needs the serve extra: pip install 'specem-chain[serve]'") from None
+    try:
+        serve(Member(source=member), host, port, prefill_logprobs=prefill_logprobs)
+    except (SpecEMError, ValidationError) as error:
         raise fail(str(error)) from None

@@ -67,3 +67,17 @@ def test_a_prompt_longer_than_a_members_context_is_a_clear_error(pair_args):
     assert result.exit_code == 2
     assert "context holds 256" in " ".join(result.stderr.split())
     assert "Traceback" not in result.output
+
+
+def test_models_list_names_every_built_in_member():
+    result = specem("models", "list")
+    assert result.exit_code == 0, result.output
+    for name in ("smollm2-135m-instruct", "qwen2.5-coder-0.5b-instruct", "gemma-3-270m"):
+        assert name in result.stdout
+    assert "default" in result.stdout and "optional" in result.stdout
+
+
+def test_models_pull_rejects_an_unknown_name():
+    result = specem("models", "pull", "no-such-model")
+    assert result.exit_code == 2
+    assert "not a built-in model" in " ".join(result.stderr.split())

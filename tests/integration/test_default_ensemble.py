@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from specem_chain.backends.base import Segment
 from specem_chain.cli import app
-from specem_chain.defaults import DEFAULT_MEMBERS
+from specem_chain.defaults import DEFAULT_MEMBERS, gguf_path
 from specem_chain.ensemble import load_backend
 from specem_chain.members import Member
 
@@ -48,3 +48,12 @@ def test_the_default_ensemble_answers_with_segments_from_both_families():
     assert answer["members"] == list(DEFAULT_MEMBERS)
     assert {s["member"] for s in answer["segments"]} == set(DEFAULT_MEMBERS)
     assert answer["finish_reason"] in ("end_of_turn", "length")
+
+
+async def test_a_member_loads_straight_from_a_gguf_file():
+    path = gguf_path("smollm2")
+    backend = load_backend(Member(source=str(path)))
+    assert backend.model.config.model_type == "llama"
+    session = await backend.open(QUESTION)
+    draft = await session.draft(4, Member(source=str(path)).sampling, 0)
+    assert draft.tokens > 0

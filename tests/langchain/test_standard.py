@@ -39,10 +39,6 @@ class Capabilities:
     def supports_image_inputs(self) -> bool:
         return False
 
-    @property
-    def supports_model_override(self) -> bool:
-        return False
-
 
 class TestSpecEMChatModelUnit(Capabilities, ChatModelUnitTests):
     pass

@@ -1,0 +1,63 @@
+"""Ensembles from local, remote and mixed members, as the guides show them.
+
+Building a SpecEMChatModel loads nothing: members load (or connect) on the first request.
+
+    ./run python examples/members.py
+"""
+
+from __future__ import annotations
+
+from specem_chain import Member, Sampling, SpecEMChatModel
+
+
+def local_ensemble(folder: str, gguf: str) -> SpecEMChatModel:
+    # --8<-- [start:local]
+    return SpecEMChatModel(
+        members=[
+            "smollm2",  # a built-in name (see `specem models list`)
+            Member.local(folder, name="mine"),  # a model folder (config + weights + tokenizer)
+            Member.local(gguf),  # a .gguf file, converted in memory on load
+            Member.local("Qwen/Qwen2.5-0.5B-Instruct", device="cuda:0", dtype="bfloat16"),
+            Member(source="gemma3", role="verifier", sampling=Sampling(temperature=0.3)),
+        ]
+    )
+    # --8<-- [end:local]
+
+
+def remote_ensemble() -> SpecEMChatModel:
+    # --8<-- [start:remote]
+    return SpecEMChatModel(
+        members=[
+            Member.tgi("http://gpu-host-1:8080"),  # Text Generation Inference
+            Member.openai_completions("http://gpu-host-2:8000/v1", model="Qwen/Qwen2.5-7B"),
+            "openai+http://gpu-host-3:8081/v1#llama-3.2-3b",  # the same, as a spec string
+        ],
+        scoring="mean_logprob",  # the default, and the only rule servers support
+    )
+    # --8<-- [end:remote]
+
+
+def mixed_ensemble() -> SpecEMChatModel:
+    # --8<-- [start:mixed]
+    return SpecEMChatModel(
+        members=[
+            "qwen2.5-coder",  # in this process
+            Member.tgi("http://gpu-host-1:8080", timeout=30, retries=2),
+            Member.openai_completions(
+                "http://gpu-host-2:8000/v1",
+                model="llama-3.2-3b",
+                tokenizer="/models/llama-3.2-3b",  # whose chat template renders the prompt
+            ),
+        ],
+        timeout=120,  # seconds one answer may take
+    )
+    # --8<-- [end:mixed]
+
+
+if __name__ == "__main__":
+    for llm in (
+        local_ensemble("/models/my-model", "/models/phi.gguf"),
+        remote_ensemble(),
+        mixed_ensemble(),
+    ):
+        print(llm.model_name)

@@ -1,0 +1,55 @@
+"""The examples that the docs include: quickstart, provenance report, OpenAI clients."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from openai_server_harness import serve
+
+from specem_chain import SpecEMChatModel
+
+sys.path.insert(0, str(Path(__file__).parents[2] / "examples"))
+
+
+@pytest.mark.models
+def test_quickstart_prints_the_answers_and_the_provenance(capsys):
+    from quickstart import main
+
+    main(max_tokens=12)
+    printed = capsys.readouterr().out
+    assert "wins:" in printed and "weights:" in printed
+    assert "smollm2-135m-instruct:" in printed or "qwen2.5-coder-0.5b-instruct:" in printed
+
+
+def test_provenance_report_writes_a_page(tiny_models, tmp_path):
+    from provenance_report import write_report
+
+    llm = SpecEMChatModel(
+        members=[str(tiny_models["llama"]), str(tiny_models["qwen2"])], max_tokens=12, seed=0
+    )
+    write_report(llm, "How many clips?", tmp_path / "answer.html")
+    page = (tmp_path / "answer.html").read_text(encoding="utf-8")
+    assert page.startswith("<!doctype html>") and 'class="seg' in page
+
+
+def test_openai_client_examples_talk_to_the_server(tiny_models, capsys):
+    from openai_client import ask, langchain, stream
+
+    llm = SpecEMChatModel(members=[str(tiny_models["llama"]), str(tiny_models["qwen2"])])
+    with serve(llm) as base:
+        assert ask(f"{base}/v1") and stream(f"{base}/v1") and langchain(f"{base}/v1")
+    printed = capsys.readouterr().out
+    assert "members: ['llama', 'qwen2']" in printed and "usage:" in printed
+
+
+def test_the_member_guides_ensembles_build_with_the_right_kinds():
+    from members import local_ensemble, mixed_ensemble, remote_ensemble
+
+    local = local_ensemble("/models/my-model", "/models/phi.gguf")
+    assert [m.kind for m in local.members] == ["local"] * 5
+    assert [m.label for m in local.members][:3] == ["smollm2", "mine", "phi"]
+    assert [m.kind for m in remote_ensemble().members] == ["tgi", "openai", "openai"]
+    assert remote_ensemble().members[2].model == "llama-3.2-3b"
+    assert [m.kind for m in mixed_ensemble().members] == ["local", "tgi", "openai"]

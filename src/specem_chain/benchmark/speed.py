@@ -23,6 +23,7 @@ import resource
 import statistics
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ import torch
 from ..backends.chat import Message
 from ..engine import EngineConfig, RoundEvent, Seat, run_rounds
 from ..ensemble import answer_rounds, load_backend
+from ..errors import SpecEMError
 from ..members import Member
 from .reference import ReferenceSession
 
@@ -96,6 +98,23 @@ def solo_seconds_per_token(member: Member, length: int, seed: int) -> float:
     return (time.perf_counter() - start) / length
 
 
+def full_length_runs(
+    run: Callable[[int], dict[str, float]], length: int, repeats: int
+) -> list[dict[str, float]]:
+    """``repeats`` runs that reach ``length`` answer tokens, trying seeds 0, 1, 2, ... in
+    turn: a run whose answer ends early would measure a shorter length."""
+    runs: list[dict[str, float]] = []
+    for seed in range(4 * repeats):
+        if (result := run(seed))["tokens"] >= length:
+            runs.append(result)
+        if len(runs) == repeats:
+            return runs
+    raise SpecEMError(
+        f"only {len(runs)} of {4 * repeats} seeded answers reached {length} tokens; "
+        "measure a shorter length"
+    )
+
+
 def _stats(values: list[float]) -> dict[str, float]:
     return {"min": min(values), "median": statistics.median(values)}
 
@@ -113,9 +132,11 @@ def measure(
     rows = []
     for length in lengths:
         progress(f"length {length}: ensemble")
-        ours = [ensemble_run(members, length, seed) for seed in range(repeats)]
+        ours = full_length_runs(partial(ensemble_run, members, length), length, repeats)
         progress(f"length {length}: reference design")
-        reference = [reference_run(members, length, seed) for seed in range(reference_repeats)]
+        reference = full_length_runs(
+            partial(reference_run, members, length), length, reference_repeats
+        )
         progress(f"length {length}: members alone")
         solo = {
             m.label: [solo_seconds_per_token(m, length, seed) for seed in range(repeats)]

@@ -3,24 +3,33 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
-from collections.abc import AsyncIterator, Awaitable, Iterator, Sequence
-from typing import Any, TypeVar
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from typing import Any, Literal, TypeVar
 
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
-from langchain_core.language_models import BaseChatModel, LangSmithParams
+from langchain_core.language_models import BaseChatModel, LangSmithParams, LanguageModelInput
 from langchain_core.language_models.chat_models import generate_from_stream
-from langchain_core.messages import AIMessageChunk, BaseMessage
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, ToolMessage
 from langchain_core.messages.ai import UsageMetadata
+from langchain_core.messages.tool import ToolCallChunk
 from langchain_core.outputs import ChatGenerationChunk, ChatResult
-from pydantic import Field, field_validator, model_validator
+from langchain_core.runnables import Runnable
+from langchain_core.tools import BaseTool
+from langchain_core.utils.function_calling import convert_to_openai_tool
+from pydantic import BaseModel, Field, field_validator, model_validator
 
+from .answer_formats import request_format, tool_names, with_instruction
 from .backends.base import Scoring
 from .backends.chat import Message
 from .defaults import DEFAULT_MEMBERS
 from .engine import EngineConfig
 from .ensemble import Answer, answer_rounds, segment_record
 from .members import Member
+from .structured_output import structured_output
+from .tool_calls import TOOL_CALL_CLOSE, TOOL_CALL_OPEN, ToolCallSplitter
 
 ENGINE_SETTINGS = (
     "window",
@@ -32,8 +41,13 @@ ENGINE_SETTINGS = (
     "min_members",
 )
 CALL_SETTINGS = (*ENGINE_SETTINGS, "temperature", "timeout")
-ROLES = {"system": "system", "human": "user", "ai": "assistant"}
+ANSWER_OPTIONS = ("tools", "tool_choice", "response_format")
+"""Call arguments that shape the answer; ``bind_tools`` and ``with_structured_output`` set
+them."""
+ROLES = {"system": "system", "human": "user", "ai": "assistant", "tool": "tool"}
 FINISH_REASONS = {"end_of_turn": "stop", "stop_sequence": "stop", "length": "length"}
+TOOL_CALL_BLOCKS = ("tool_use", "tool_call")
+"""Content blocks of an AI message that repeat its ``tool_calls``."""
 
 T = TypeVar("T")
 
@@ -115,14 +129,60 @@ class SpecEMChatModel(BaseChatModel):
         return params
 
     def _engine_config(self, stop: list[str] | None, overrides: dict[str, Any]) -> EngineConfig:
-        unknown = [k for k in overrides if k not in CALL_SETTINGS and not k.startswith("ls_")]
+        unknown = [
+            k
+            for k in overrides
+            if k not in (*CALL_SETTINGS, *ANSWER_OPTIONS) and not k.startswith("ls_")
+        ]
         if unknown:
             raise TypeError(
                 f"unsupported call arguments {unknown}; per call you may set "
-                f"{', '.join(CALL_SETTINGS)} and stop"
+                f"{', '.join((*CALL_SETTINGS, *ANSWER_OPTIONS))} and stop"
             )
         settings = {name: overrides.get(name, getattr(self, name)) for name in ENGINE_SETTINGS}
         return EngineConfig(**settings, stop=(*(self.stop or ()), *(stop or ())))
+
+    # -- tools and structured output -----------------------------------------------------
+
+    def bind_tools(
+        self,
+        tools: Sequence[dict[str, Any] | type | Callable[..., Any] | BaseTool],
+        *,
+        tool_choice: str | bool | dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> Runnable[LanguageModelInput, AIMessage]:
+        """The model with ``tools`` given to every member's chat template.
+
+        ``tool_choice``: ``"auto"`` (default) lets the ensemble answer or call, ``"none"``
+        hides the tools, ``"any"`` / ``"required"`` / True forces a call, and a tool name
+        forces that tool. A forced call is written under a constraint, so every accepted
+        segment keeps it a valid call.
+        """
+        converted = [convert_to_openai_tool(t) for t in tools]
+        request_format(converted, tool_choice, None)  # a bad tool_choice fails here
+        return self.bind(tools=converted, tool_choice=tool_choice, **kwargs)
+
+    def with_structured_output(
+        self,
+        schema: dict[str, Any] | type | None = None,
+        *,
+        method: Literal["json_schema", "function_calling", "json_mode"] = "json_schema",
+        include_raw: bool = False,
+        strict: bool | None = None,
+        **kwargs: Any,
+    ) -> Runnable[LanguageModelInput, dict[str, Any] | BaseModel]:
+        """The model answering with an object of ``schema`` (a Pydantic class, a TypedDict
+        or a JSON schema), written under a constraint that keeps it valid JSON.
+
+        ``method="json_schema"`` (default) asks the members for JSON that follows the
+        schema, ``"function_calling"`` forces a call of a tool made from the schema, and
+        ``"json_mode"`` asks for any JSON object (say which in the prompt). Pydantic and
+        TypedDict results are validated with pydantic. ``include_raw=True`` returns
+        ``{"raw", "parsed", "parsing_error"}`` instead of raising on a bad answer.
+        ``strict`` is accepted for compatibility: the constraint already keeps the answer
+        to the schema's keys.
+        """
+        return structured_output(self, schema, method=method, include_raw=include_raw, **kwargs)
 
     # -- the streaming core ------------------------------------------------------------
 
@@ -134,8 +194,14 @@ class SpecEMChatModel(BaseChatModel):
         config = self._engine_config(stop, kwargs)
         members = self._members(kwargs.get("temperature", self.temperature))
         timeout = kwargs.get("timeout", self.timeout)
+        shape = request_format(
+            kwargs.get("tools"), kwargs.get("tool_choice"), kwargs.get("response_format")
+        )
+        if shape.instruction:
+            conversation = with_instruction(conversation, shape.instruction)
+        calls = ToolCallChunks(tool_names(shape.tools)) if shape.tools else None
         answer = Answer(members=[m.label for m in members])
-        rounds = answer_rounds(members, conversation, config)
+        rounds = answer_rounds(members, conversation, config, shape.tools, shape.answer)
         async for event, prompt_tokens in within(rounds, timeout):
             first = not answer.rounds
             answer.prompt_tokens = prompt_tokens
@@ -151,8 +217,14 @@ class SpecEMChatModel(BaseChatModel):
             # segment and the joined message carries them all, in order.
             metadata = self._final_metadata(answer) if event.finished else {"specem": {}}
             metadata["specem"]["segments"] = [segment_record(event)]
+            content, tool_call_chunks = event.text, []
+            if calls is not None:
+                content, tool_call_chunks = calls.feed(event.text, event.finished)
+                if event.finished and calls.count:
+                    metadata["finish_reason"] = "tool_calls"
             message = AIMessageChunk(
-                content=event.text,
+                content=content,
+                tool_call_chunks=tool_call_chunks,
                 usage_metadata=usage,
                 response_metadata=metadata,
                 chunk_position="last" if event.finished else None,
@@ -244,6 +316,38 @@ class SpecEMChatModel(BaseChatModel):
         return generate_from_stream(iter(chunks))
 
 
+class ToolCallChunks:
+    """A streamed answer's prose and tool-call chunks, round by round.
+
+    A valid call becomes a chunk with its name and JSON arguments; an invalid one carries
+    its raw text, so LangChain files it under ``invalid_tool_calls``.
+    """
+
+    def __init__(self, names: Sequence[str]) -> None:
+        self.splitter = ToolCallSplitter(names)
+        self.count = 0
+
+    def feed(self, text: str, finished: bool) -> tuple[str, list[ToolCallChunk]]:
+        pieces = self.splitter.feed(text) + (self.splitter.finish() if finished else [])
+        prose, chunks = [], []
+        for piece in pieces:
+            if isinstance(piece, str):
+                prose.append(piece)
+                continue
+            args = json.dumps(piece.args, ensure_ascii=False) if piece.valid else None
+            chunks.append(
+                ToolCallChunk(
+                    name=piece.name,
+                    args=args or f"{TOOL_CALL_OPEN}{piece.text}{TOOL_CALL_CLOSE}",
+                    id=f"call_{uuid.uuid4().hex[:24]}",
+                    index=self.count,
+                    type="tool_call_chunk",
+                )
+            )
+            self.count += 1
+        return "".join(prose), chunks
+
+
 async def within(rounds: AsyncIterator[T], timeout: float | None) -> AsyncIterator[T]:
     """The items of ``rounds``, failing with TimeoutError once ``timeout`` seconds pass."""
     loop = asyncio.get_running_loop()
@@ -262,7 +366,8 @@ async def within(rounds: AsyncIterator[T], timeout: float | None) -> AsyncIterat
 
 
 def text_of(message: BaseMessage, index: int) -> str:
-    """The text of a message; content blocks other than text get a clear error."""
+    """The text of a message; content blocks other than text get a clear error (an AI
+    message's tool-call blocks are read from its ``tool_calls``)."""
     if isinstance(message.content, str):
         return message.content
     parts = []
@@ -271,7 +376,7 @@ def text_of(message: BaseMessage, index: int) -> str:
             parts.append(block)
         elif block.get("type") == "text":
             parts.append(block["text"])
-        else:
+        elif not (isinstance(message, AIMessage) and block.get("type") in TOOL_CALL_BLOCKS):
             raise ValueError(
                 f"message {index} ({message.type}) has a {block.get('type')!r} content block; "
                 "SpecEMChatModel accepts text content only"
@@ -279,21 +384,46 @@ def text_of(message: BaseMessage, index: int) -> str:
     return "".join(parts)
 
 
+def to_message(message: BaseMessage, index: int) -> Message:
+    """A LangChain message as a chat-template turn."""
+    role = ROLES.get(message.type) or getattr(message, "role", None)
+    if role not in ROLES.values():
+        raise ValueError(
+            f"message {index} is a {message.type!r} message; SpecEMChatModel accepts "
+            "system, human, ai and tool messages"
+        )
+    turn: Message = {"role": role, "content": text_of(message, index)}
+    if isinstance(message, AIMessage) and message.tool_calls:
+        turn["tool_calls"] = [
+            {
+                "id": call["id"] or "",
+                "type": "function",
+                "function": {"name": call["name"], "arguments": call["args"]},
+            }
+            for call in message.tool_calls
+        ]
+    if isinstance(message, ToolMessage):
+        turn["tool_call_id"] = message.tool_call_id
+        if message.name:
+            turn["name"] = message.name
+    return turn
+
+
 def to_conversation(messages: Sequence[BaseMessage]) -> list[Message]:
-    """LangChain messages as chat-template turns, merging consecutive turns of one role."""
+    """LangChain messages as chat-template turns, merging consecutive text turns of one
+    role (tool turns and tool calls stay apart)."""
     conversation: list[Message] = []
     for index, message in enumerate(messages):
-        role = ROLES.get(message.type) or getattr(message, "role", None)
-        if role not in ROLES.values():
-            raise ValueError(
-                f"message {index} is a {message.type!r} message; SpecEMChatModel accepts "
-                "system, human and ai messages"
-            )
-        text = text_of(message, index)
-        if conversation and conversation[-1]["role"] == role:
-            conversation[-1]["content"] += "\n\n" + text
+        turn = to_message(message, index)
+        last = conversation[-1] if conversation else None
+        if (
+            last
+            and last["role"] == turn["role"] != "tool"
+            and not (last.get("tool_calls") or turn.get("tool_calls"))
+        ):
+            last["content"] += "\n\n" + turn["content"]
         else:
-            conversation.append({"role": role, "content": text})
+            conversation.append(turn)
     return conversation
 
 

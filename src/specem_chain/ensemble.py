@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from .backends.base import MemberSession
-from .backends.chat import Message
-from .engine import EngineConfig, RoundEvent, Seat, run_rounds
+from .backends.chat import Message, Tool
+from .engine import AnswerFormat, EngineConfig, RoundEvent, Seat, run_rounds
 from .errors import EnsembleError
 from .members import Member, Sampling
 
@@ -61,19 +61,29 @@ def remote_backend(member: Member) -> TGIBackend | OpenAICompletionsBackend:
     return _remote[key]
 
 
-async def open_session(member: Member, messages: Sequence[Message]) -> MemberSession:
+async def open_session(
+    member: Member, messages: Sequence[Message], tools: Sequence[Tool] = ()
+) -> MemberSession:
     backend: Backend
     if member.remote:
         backend = remote_backend(member)
     else:
         backend = await asyncio.to_thread(load_backend, member)
-    return await backend.open(messages)
+    return await backend.open(messages, tools)
 
 
 async def answer_rounds(
-    members: Sequence[Member], messages: Sequence[Message], config: EngineConfig
+    members: Sequence[Member],
+    messages: Sequence[Message],
+    config: EngineConfig,
+    tools: Sequence[Tool] = (),
+    answer_format: AnswerFormat | None = None,
 ) -> AsyncIterator[tuple[RoundEvent, dict[str, int]]]:
-    """Run one request; yield each round's event with the members' prompt token counts."""
+    """Run one request; yield each round's event with the members' prompt token counts.
+
+    ``tools`` go to every member's chat template; ``answer_format`` shapes the answer (see
+    :func:`~specem_chain.engine.run_rounds`).
+    """
     if not messages:
         raise EnsembleError("the conversation is empty: give at least one message")
     remote = [m.label for m in members if m.remote]
@@ -83,7 +93,7 @@ async def answer_rounds(
             f"members {remote} are remote: use scoring='mean_logprob'"
         )
     opened = await asyncio.gather(
-        *(open_session(m, messages) for m in members), return_exceptions=True
+        *(open_session(m, messages, tools) for m in members), return_exceptions=True
     )
     sessions = [s for s in opened if not isinstance(s, BaseException)]
     try:
@@ -92,7 +102,7 @@ async def answer_rounds(
                 raise result
         prompt_tokens = {m.label: s.prompt_tokens for m, s in zip(members, sessions)}
         seats = [Seat(m, s) for m, s in zip(members, sessions)]
-        async for event in run_rounds(seats, config):
+        async for event in run_rounds(seats, config, answer_format):
             yield event, prompt_tokens
     finally:
         await asyncio.gather(*(s.aclose() for s in sessions))

@@ -63,3 +63,32 @@ def test_stream_colours_prints_every_segment_in_its_members_colour(llm):
     assert "\x1b[" in buffer.getvalue()  # coloured
     assert console.export_text().startswith(full.content)  # the whole answer, in order
     assert "members:" in buffer.getvalue()
+
+
+def test_agent_tools_calculator_is_safe():
+    from agent_tools import calculator
+
+    assert calculator.invoke({"expression": "2*(3+4)"}) == "14"
+    for unsafe in ("__import__('os')", "open('/etc/passwd')", "2 ** 10 ** 10", "x + 1"):
+        assert calculator.invoke({"expression": unsafe}).startswith("Error:")
+
+
+def test_agent_tools_calls_the_calculator_then_answers_from_its_result():
+    from agent_tools import build_agent, calculator
+    from langchain_core.messages import AIMessage, ToolMessage
+
+    agent = build_agent(SpecEMChatModel(seed=0, max_tokens=64))
+    question = "What is 1234 * 56? Use the calculator."
+    messages = agent.invoke({"messages": [("user", question)]})["messages"]
+    replies = [m for m in messages if isinstance(m, AIMessage)]
+    [call] = replies[0].tool_calls  # forced by tool_choice="any": exactly one valid call
+    assert call["name"] == "calculator"
+    assert isinstance(call["args"], dict) and isinstance(call["args"].get("expression"), str)
+    assert calculator.invoke(call["args"]) == "69104"
+    results = [m for m in messages if isinstance(m, ToolMessage)]
+    assert [(r.name, r.content, r.tool_call_id) for r in results] == [
+        ("calculator", "69104", call["id"])
+    ]
+    final = replies[-1]
+    assert final is messages[-1] and not final.tool_calls
+    assert "69104" in final.text or "69,104" in final.text, final.text

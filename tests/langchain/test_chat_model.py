@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 from langchain_core.callbacks import BaseCallbackHandler
-from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.messages import AIMessage, ChatMessage, HumanMessage, SystemMessage
 
 from specem_chain import Member, SpecEMChatModel
 from specem_chain.backends.transformers import TransformersBackend
@@ -192,8 +192,8 @@ def test_non_text_content_gets_a_clear_error(trio):
     image = HumanMessage([{"type": "image", "url": "https://example.com/cat.png"}])
     with pytest.raises(ValueError, match="'image' content block"):
         llm.invoke([image])
-    with pytest.raises(ValueError, match="'tool' message"):
-        llm.invoke([HumanMessage("hi"), ToolMessage("42", tool_call_id="x")])
+    with pytest.raises(ValueError, match="'chat' message"):
+        llm.invoke([HumanMessage("hi"), ChatMessage("42", role="critic")])
 
 
 def test_bad_settings_and_call_arguments_get_clear_errors(trio):

@@ -1,8 +1,8 @@
 """LangChain's own standard test suites, run against the embedded default ensemble.
 
-Only capability flags are set: the default members get no tools, structured output, JSON
-mode or multimodal input here (tool calling is its own issue). Nothing else is skipped or
-overridden.
+Only capability flags are set: tool calling (forced with ``tool_choice="any"``), structured
+output and JSON mode are on; multimodal input is off (the members read text only). Nothing
+else is skipped or overridden.
 """
 
 from __future__ import annotations
@@ -25,15 +25,23 @@ class Capabilities:
 
     @property
     def has_tool_calling(self) -> bool:
-        return False
+        return True
+
+    @property
+    def has_tool_choice(self) -> bool:
+        return True
+
+    @property
+    def tool_choice_value(self) -> str:
+        return "any"
 
     @property
     def has_structured_output(self) -> bool:
-        return False
+        return True
 
     @property
     def supports_json_mode(self) -> bool:
-        return False
+        return True
 
     @property
     def supports_image_inputs(self) -> bool:

@@ -40,9 +40,12 @@ from .chat import (
     PLAIN_STOP,
     PROBE_CONVERSATION,
     Message,
+    Tool,
     end_of_turn_text,
     plain_transcript,
-    render_folding_system,
+    render_chat,
+    renders_tools,
+    tools_as_text,
 )
 
 CONTEXT = 8192
@@ -102,6 +105,9 @@ class LlamaCppBackend:
         source = meta.get("tokenizer.chat_template")
         self.template = compile_template(source) if source else None
         self.end_of_turn, self.turn_end = self._end_of_turn(meta)
+        self.native_tools = self.template is not None and renders_tools(
+            lambda turns, tools: self._render(turns, True, tools)
+        )
 
     @classmethod
     def load(cls, member: Member) -> LlamaCppBackend:
@@ -163,29 +169,44 @@ class LlamaCppBackend:
             ids.append(self.turn_end)
         return ids
 
-    def _render(self, messages: Sequence[Message], generation_prompt: bool) -> str:
+    def _render(
+        self,
+        messages: Sequence[Message],
+        generation_prompt: bool,
+        tools: Sequence[Tool] | None = None,
+    ) -> str:
         assert self.template is not None
         return self.template.render(
             messages=[dict(m) for m in messages],
+            tools=tools,
             add_generation_prompt=generation_prompt,
             **self.special,
         )
 
-    def render(self, messages: Sequence[Message]) -> tuple[list[int], tuple[str, ...]]:
+    def render(
+        self, messages: Sequence[Message], tools: Sequence[Tool] = ()
+    ) -> tuple[list[int], tuple[str, ...]]:
         """Token ids of the conversation, ready for the answer, and the member's stop texts.
 
-        As :meth:`TransformersBackend.render`: the GGUF's chat template (with the system
-        text folded into the first user turn if the template rejects a system turn), or the
-        plain transcript for a model without a template.
+        As :meth:`TransformersBackend.render`: the GGUF's chat template (:func:`render_chat`),
+        or the plain transcript for a model without a template.
         """
         if self.template is None:
-            return self.tokenize(plain_transcript(messages), bos=True), PLAIN_STOP
-        text = render_folding_system(lambda turns: self._render(turns, True), messages)
+            text = plain_transcript(tools_as_text(messages, tools))
+            return self.tokenize(text, bos=True), PLAIN_STOP
+        text = render_chat(
+            lambda turns, tools: self._render(turns, True, tools),
+            messages,
+            tools,
+            native_tools=self.native_tools,
+        )
         return self.tokenize(text), ()
 
-    async def open(self, messages: Sequence[Message]) -> LlamaCppSession:
+    async def open(
+        self, messages: Sequence[Message], tools: Sequence[Tool] = ()
+    ) -> LlamaCppSession:
         """Start a request; its prompt is read by its first draft or verification."""
-        ids, stop_texts = self.render(messages)
+        ids, stop_texts = self.render(messages, tools)
         if len(ids) >= self.max_context:
             raise PromptTooLongError(
                 f"the prompt is {len(ids)} tokens for member {self.name!r}, whose context "

@@ -21,7 +21,7 @@ from typing import Any
 from ..errors import MemberServerError
 from ..members import Member, Sampling
 from .base import Draft, Scoring, Segment
-from .chat import Message
+from .chat import Message, Tool
 from .http import RemoteClient
 from .templates import ChatTemplate, member_template
 
@@ -90,9 +90,11 @@ class OpenAICompletionsBackend:
         response = await self.complete(prompt, max_tokens=1, temperature=0)
         return int(response["usage"]["prompt_tokens"])
 
-    async def open(self, messages: Sequence[Message]) -> OpenAICompletionsSession:
+    async def open(
+        self, messages: Sequence[Message], tools: Sequence[Tool] = ()
+    ) -> OpenAICompletionsSession:
         await self.ready()
-        context = self.template.render(messages)
+        context = self.template.render(messages, tools)
         return OpenAICompletionsSession(self, context, await self.count_tokens(context))
 
     async def aclose(self) -> None:

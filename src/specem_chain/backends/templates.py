@@ -18,13 +18,16 @@ from .chat import (
     PLAIN_STOP,
     PROBE_CONVERSATION,
     Message,
+    Tool,
     end_of_turn_text,
     plain_transcript,
-    render_folding_system,
+    render_chat,
+    renders_tools,
 )
 
-Render = Callable[[Sequence[Message], bool], str]
-"""Renders a conversation; the flag asks for the assistant's generation prompt."""
+Render = Callable[[Sequence[Message], bool, Sequence[Tool] | None], str]
+"""Renders a conversation and its tools; the flag asks for the assistant's generation
+prompt."""
 
 
 @dataclass(frozen=True)
@@ -38,15 +41,21 @@ class ChatTemplate:
     """Stop sequences of a draft."""
     bos_text: str = ""
     """Left off the front of the prompt: the server adds its BOS token itself."""
+    native_tools: bool = False
+    """The template writes the tools it is given."""
 
-    def render(self, messages: Sequence[Message]) -> str:
-        """The conversation, ready for the answer. A template that rejects a system turn
-        gets the system text folded into the first user turn."""
-        text = render_folding_system(lambda turns: self.render_raw(turns, True), messages)
+    def render(self, messages: Sequence[Message], tools: Sequence[Tool] = ()) -> str:
+        """The conversation, ready for the answer (:func:`render_chat`)."""
+        text = render_chat(
+            lambda turns, tools: self.render_raw(turns, True, tools),
+            messages,
+            tools,
+            native_tools=self.native_tools,
+        )
         return text.removeprefix(self.bos_text) if self.bos_text else text
 
 
-PLAIN = ChatTemplate(lambda messages, _: plain_transcript(messages), "\n\nUser:", PLAIN_STOP)
+PLAIN = ChatTemplate(lambda messages, _, __: plain_transcript(messages), "\n\nUser:", PLAIN_STOP)
 """For a model without a chat template: its turn ends where a new user turn starts."""
 
 
@@ -59,8 +68,9 @@ def member_template(member: Member) -> ChatTemplate:
 
 
 def _with_end(render: Render, bos_text: str = "") -> ChatTemplate:
-    end = end_of_turn_text(render(PROBE_CONVERSATION, False))
-    return ChatTemplate(render, end, (end,) if end else (), bos_text)
+    end = end_of_turn_text(render(PROBE_CONVERSATION, False, None))
+    native = renders_tools(lambda turns, tools: render(turns, True, tools))
+    return ChatTemplate(render, end, (end,) if end else (), bos_text, native)
 
 
 def jinja_template(template: str) -> ChatTemplate:
@@ -74,9 +84,12 @@ def jinja_template(template: str) -> ChatTemplate:
     env.globals["raise_exception"] = raise_exception
     compiled = env.from_string(template)
 
-    def render(messages: Sequence[Message], generation_prompt: bool) -> str:
+    def render(
+        messages: Sequence[Message], generation_prompt: bool, tools: Sequence[Tool] | None
+    ) -> str:
         return compiled.render(
             messages=list(messages),
+            tools=tools,
             add_generation_prompt=generation_prompt,
             bos_token="",
             eos_token="",
@@ -105,9 +118,14 @@ def tokenizer_template(source: str) -> ChatTemplate:
     if not tokenizer.chat_template:
         return PLAIN
 
-    def render(messages: Sequence[Message], generation_prompt: bool) -> str:
+    def render(
+        messages: Sequence[Message], generation_prompt: bool, tools: Sequence[Tool] | None
+    ) -> str:
         return tokenizer.apply_chat_template(
-            [dict(m) for m in messages], add_generation_prompt=generation_prompt, tokenize=False
+            [dict(m) for m in messages],
+            tools=tools,
+            add_generation_prompt=generation_prompt,
+            tokenize=False,
         )
 
     return _with_end(render, tokenizer.bos_token or "")

@@ -22,7 +22,14 @@ from typing import Any
 from ..errors import MemberServerError, PromptTooLongError
 from ..members import Member, Sampling
 from .base import Draft, Scoring, Segment
-from .chat import PROBE_CONVERSATION, Message, end_of_turn_text, fold_system
+from .chat import (
+    PROBE_CONVERSATION,
+    Message,
+    Tool,
+    end_of_turn_text,
+    fold_system,
+    tools_as_text,
+)
 from .http import RemoteClient
 
 FINISHED = ("eos_token", "stop_sequence")
@@ -85,9 +92,15 @@ class TGIBackend:
         response = await self.client.post("/generate", body)
         return response["details"]["prefill"]
 
-    async def render(self, messages: Sequence[Message]) -> str:
+    async def render(self, messages: Sequence[Message], tools: Sequence[Tool] = ()) -> str:
         """The conversation in the server's chat template, without the BOS that /generate
-        adds itself."""
+        adds itself.
+
+        Tools and tool turns are sent as text (:func:`tools_as_text`): TGI's message schema
+        has no tool-call ids, and with ``tools`` TGI writes its own tool prompt for its
+        grammar-constrained tool calling rather than the model's template.
+        """
+        messages = tools_as_text(messages, tools)
         try:
             templated = await self.client.post("/chat_tokenize", {"messages": list(messages)})
         except MemberServerError:
@@ -98,9 +111,9 @@ class TGIBackend:
         text: str = templated["templated_text"]
         return text.removeprefix(self.bos_text) if self.bos_text else text
 
-    async def open(self, messages: Sequence[Message]) -> TGISession:
+    async def open(self, messages: Sequence[Message], tools: Sequence[Tool] = ()) -> TGISession:
         await self.ready()
-        context = await self.render(messages)
+        context = await self.render(messages, tools)
         ids = [t["id"] for t in await self.tokenize(context)]
         if len(ids) > self.max_input_tokens:
             raise PromptTooLongError(

@@ -29,7 +29,15 @@ from .. import defaults
 from ..errors import MemberSpecError, PromptTooLongError
 from ..members import Member, Sampling
 from .base import MAX_CHARACTER_TOKENS, Draft, Scoring, Segment, finish_draft
-from .chat import PLAIN_STOP, Message, plain_transcript, render_folding_system
+from .chat import (
+    PLAIN_STOP,
+    Message,
+    Tool,
+    plain_transcript,
+    render_chat,
+    renders_tools,
+    tools_as_text,
+)
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -87,6 +95,7 @@ class TransformersBackend:
         self.device = model.device
         self.end_of_turn = end_of_turn_ids(model, tokenizer)
         self.max_context = int(getattr(model.config, "max_position_embeddings", 0) or 2**31)
+        self.native_tools = bool(tokenizer.chat_template) and renders_tools(self._apply_template)
 
     @classmethod
     def load(cls, member: Member) -> TransformersBackend:
@@ -115,27 +124,32 @@ class TransformersBackend:
             raise MemberSpecError(f"cannot load member {member.source!r}: {error}") from error
         return cls(model.to(member.device), tokenizer, name=member.label)
 
-    def render(self, messages: Sequence[Message]) -> tuple[list[int], tuple[str, ...]]:
+    def render(
+        self, messages: Sequence[Message], tools: Sequence[Tool] = ()
+    ) -> tuple[list[int], tuple[str, ...]]:
         """Token ids of the conversation, ready for the answer, and the member's stop texts.
 
-        The member's own chat template renders the conversation. A template that rejects a
-        system turn gets the system text folded into the first user turn. A model without a
-        template gets the plain transcript of :func:`plain_transcript`.
+        The member's own chat template renders the conversation (:func:`render_chat`: tools
+        as text when the template has no tool support, the system text folded into the first
+        user turn when it rejects a system turn). A model without a template gets the plain
+        transcript of :func:`plain_transcript`.
         """
         if not self.tokenizer.chat_template:
-            text = plain_transcript(messages)
+            text = plain_transcript(tools_as_text(messages, tools))
             return self.tokenizer.encode(text, add_special_tokens=True), PLAIN_STOP
-        text = render_folding_system(
-            lambda turns: self.tokenizer.apply_chat_template(
-                [dict(t) for t in turns], add_generation_prompt=True, tokenize=False
-            ),
-            messages,
-        )
+        text = render_chat(self._apply_template, messages, tools, native_tools=self.native_tools)
         return self.tokenizer.encode(text, add_special_tokens=False), ()
 
-    async def open(self, messages: Sequence[Message]) -> TransformersSession:
+    def _apply_template(self, messages: Sequence[Message], tools: Sequence[Tool] | None) -> str:
+        return self.tokenizer.apply_chat_template(
+            [dict(m) for m in messages], tools=tools, add_generation_prompt=True, tokenize=False
+        )
+
+    async def open(
+        self, messages: Sequence[Message], tools: Sequence[Tool] = ()
+    ) -> TransformersSession:
         """Start a request: render the conversation and read it into a fresh KV cache."""
-        ids, stop_texts = self.render(messages)
+        ids, stop_texts = self.render(messages, tools)
         if len(ids) >= self.max_context:
             raise PromptTooLongError(
                 f"the prompt is {len(ids)} tokens for member {self.name!r}, whose context "

@@ -27,6 +27,7 @@ from ..members import Member
 from . import policy
 from .boundary import clean_boundary
 from .config import EngineConfig
+from .constraints import AnswerFormat
 from .stops import find_stop, unsafe_tail
 
 FinishReason = Literal["end_of_turn", "length", "stop_sequence"]
@@ -117,8 +118,15 @@ def _round_seed(base: int, member: int, round_index: int, attempt: int) -> int:
     return (base * 1_000_003 + member * 7_919 + round_index + attempt * 104_729) % (2**63)
 
 
-async def run_rounds(seats: Sequence[Seat], config: EngineConfig) -> AsyncIterator[RoundEvent]:
-    """Write one answer with the seated members, yielding an event per round."""
+async def run_rounds(
+    seats: Sequence[Seat], config: EngineConfig, answer_format: AnswerFormat | None = None
+) -> AsyncIterator[RoundEvent]:
+    """Write one answer with the seated members, yielding an event per round.
+
+    ``answer_format`` may start the answer with a prefix, accepted by every member before the
+    first round, and constrain the candidates: a candidate its constraint rejects is left
+    out before verification, and a round where every candidate is rejected is redrafted.
+    """
     names = [seat.member.label for seat in seats]
     if len(set(names)) != len(names):
         raise EnsembleError(f"member names must be unique, got {names}")
@@ -131,9 +139,10 @@ async def run_rounds(seats: Sequence[Seat], config: EngineConfig) -> AsyncIterat
             f"the ensemble has {len(seats)} members, fewer than min_members={config.min_members}"
         )
 
+    answer_format = answer_format or AnswerFormat()
     base_seed = config.seed if config.seed is not None else random.randrange(2**31)
     weights = [1.0 / len(seats)] * len(seats)
-    answer, released, answer_tokens = "", 0, 0
+    answer, released, answer_tokens = answer_format.prefix, 0, 0
     alive = set(range(len(seats)))
     dropped: dict[str, str] = {}
 
@@ -157,6 +166,12 @@ async def run_rounds(seats: Sequence[Seat], config: EngineConfig) -> AsyncIterat
         if not alive.intersection(drafters) or not alive.intersection(verifiers):
             raise EnsembleError(f"no drafter or no verifier is left; dropped {why}")
 
+    if answer_format.prefix:
+        _, failed = await _call_all(
+            {i: seats[i].session.accept(Segment(answer_format.prefix)) for i in sorted(alive)}
+        )
+        drop(failed)
+
     for round_index in itertools.count(1):
         window = min(config.window, config.max_tokens - answer_tokens)
         started = time.perf_counter()
@@ -178,15 +193,26 @@ async def run_rounds(seats: Sequence[Seat], config: EngineConfig) -> AsyncIterat
             drafting = list(drafts)
             for i, d in drafts.items():
                 drafted_tokens[names[i]] += d.tokens
-            candidates = [
-                Candidate(names[i], clean_boundary(d.text, d.finished), d.finished, d.tokens)
-                for i, d in drafts.items()
-            ]
+            candidates, rejected = [], []
+            for i, d in drafts.items():
+                segment: Segment | None = Segment(clean_boundary(d.text, d.finished), d.finished)
+                if answer_format.constraint is not None:
+                    segment = answer_format.constraint(answer, segment)
+                if segment is None:
+                    rejected.append(f"{names[i]}: {d.text!r}")
+                    segment = Segment("")
+                candidates.append(Candidate(names[i], segment.text, segment.finished, d.tokens))
             # A candidate with no text that does not end the turn would accept nothing.
             live = [k for k, c in enumerate(candidates) if c.text or c.finished]
             if live:
                 break
         else:
+            if rejected:
+                raise EnsembleError(
+                    f"round {round_index}: every candidate broke the answer's required format "
+                    f"{REDRAFTS} times (last drafts: {'; '.join(rejected)}); the answer so "
+                    f"far: {answer!r}"
+                )
             raise EnsembleError(
                 f"round {round_index}: every member drafted an empty segment {REDRAFTS} times; "
                 "the members cannot continue this answer"

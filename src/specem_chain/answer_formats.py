@@ -1,0 +1,151 @@
+"""The answer formats a request can ask for: a tool call (``tool_choice``) or a JSON object
+(``response_format``), each as an :class:`~specem_chain.engine.AnswerFormat` (the text the
+answer starts with and a constraint on every candidate) for the engine."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from langchain_core.utils.function_calling import convert_to_openai_tool
+
+from .backends.chat import Message, Tool
+from .engine.constraints import AnswerFormat, JsonObjectAnswer, ToolCallAnswer
+from .tool_calls import TOOL_CALL_OPEN
+
+FREE_TEXT_CHOICES = (None, False, "auto", "none")
+ANY_TOOL_CHOICES = (True, "any", "required")
+
+
+def tool_names(tools: Sequence[Tool]) -> tuple[str, ...]:
+    return tuple(t["function"]["name"] for t in tools)
+
+
+def forced_tools(tool_choice: Any, tools: Sequence[Tool]) -> list[Tool]:
+    """The tools an answer must call under ``tool_choice``; none when it may be prose.
+
+    ``"auto"`` (or None, False) lets the members choose, ``"none"`` hides the tools, ``"any"``
+    (or ``"required"``, True) forces a call to one of them, and a tool name (or OpenAI's
+    ``{"type": "function", "function": {"name": ...}}``) forces a call to that tool.
+    """
+    names = tool_names(tools)
+    if tool_choice in FREE_TEXT_CHOICES:
+        return []
+    if not names:
+        raise ValueError(f"tool_choice={tool_choice!r} forces a tool call, but no tools are bound")
+    if tool_choice in ANY_TOOL_CHOICES:
+        return list(tools)
+    name = tool_choice
+    if isinstance(tool_choice, dict):
+        name = tool_choice.get("function", {}).get("name") or tool_choice.get("name")
+    if name not in names:
+        raise ValueError(
+            f"tool_choice={tool_choice!r} is not 'auto', 'none', 'any', 'required' or the "
+            f"name of a bound tool; the bound tools are {list(names)}"
+        )
+    return [t for t in tools if t["function"]["name"] == name]
+
+
+def tool_call_format(tools: Sequence[Tool]) -> AnswerFormat:
+    """An answer of calls of ``tools`` only.
+
+    The answer starts inside the first call (with the tool's name when there is only one),
+    so the members write the arguments, and the constraint keeps every accepted segment a
+    prefix of valid calls whose arguments fit their tool's schema.
+    """
+    parameters = {t["function"]["name"]: t["function"].get("parameters", {}) for t in tools}
+    prefix = TOOL_CALL_OPEN + '\n{"name": "'
+    if len(parameters) == 1:
+        prefix += f'{next(iter(parameters))}", "arguments": {{'
+    return AnswerFormat(prefix, ToolCallAnswer(parameters))
+
+
+def json_schema_of(response_format: dict[str, Any]) -> dict[str, Any] | None:
+    """The JSON schema an OpenAI-style ``response_format`` asks for; None for JSON mode."""
+    kind = response_format.get("type") if isinstance(response_format, dict) else None
+    if kind == "json_object":
+        return None
+    if kind == "json_schema" and isinstance(response_format.get("json_schema"), dict):
+        schema = response_format["json_schema"].get("schema")
+        if isinstance(schema, dict):
+            return schema
+    raise ValueError(
+        f"response_format={response_format!r} is not {{'type': 'json_object'}} or "
+        "{'type': 'json_schema', 'json_schema': {'name': ..., 'schema': {...}}}"
+    )
+
+
+def json_format(schema: dict[str, Any] | None) -> AnswerFormat:
+    """An answer that is one JSON object, fitting ``schema`` when given. With a schema that
+    names keys the answer starts at its first key, as its description tells the members."""
+    keys = list((schema or {}).get("properties") or ())
+    prefix = "{" + (f"{json.dumps(keys[0], ensure_ascii=False)}:" if keys else "")
+    return AnswerFormat(prefix, JsonObjectAnswer(schema))
+
+
+def json_instruction(schema: dict[str, Any] | None) -> str:
+    """What the members are told to answer in JSON mode or with a JSON schema: the schema's
+    keys in words (small models echo a raw JSON schema rather than follow it)."""
+    properties = (schema or {}).get("properties")
+    if not properties:
+        return "Answer with a JSON object only." + (
+            f" It follows this JSON schema: {json.dumps(schema)}" if schema else ""
+        )
+    required = set(schema.get("required", ()))
+    lines = ["Answer with a JSON object only, with these keys, in this order:"]
+    for name, spec in properties.items():
+        kinds = "/".join(sorted(_types(spec))) or "any JSON value"
+        need = "required" if name in required else "optional"
+        about = f": {spec['description']}" if spec.get("description") else ""
+        lines.append(f'- "{name}" ({kinds}, {need}){about}')
+    return "\n".join(lines)
+
+
+def _types(spec: dict[str, Any]) -> set[str]:
+    """The JSON types a property's schema names."""
+    kind = spec.get("type")
+    if isinstance(kind, str):
+        return {kind}
+    return {t for option in spec.get("anyOf", ()) for t in _types(option)}
+
+
+def with_instruction(messages: Sequence[Message], instruction: str) -> list[Message]:
+    """The conversation with ``instruction`` added to its system turn."""
+    if messages and messages[0]["role"] == "system":
+        first = messages[0]
+        return [{**first, "content": f"{first['content']}\n\n{instruction}"}, *messages[1:]]
+    return [{"role": "system", "content": instruction}, *messages]
+
+
+@dataclass(frozen=True)
+class RequestFormat:
+    """What one request's tool and format options ask of its answer."""
+
+    tools: list[Tool] = field(default_factory=list)
+    """Given to every member's chat template; their calls are parsed from the answer."""
+    answer: AnswerFormat | None = None
+    """The prefix and candidate constraint the engine applies."""
+    instruction: str | None = None
+    """Added to the conversation's system turn."""
+
+
+def request_format(
+    tools: Sequence[Any] | None, tool_choice: Any, response_format: dict[str, Any] | None
+) -> RequestFormat:
+    """The format of a request's answer from its ``tools`` (any form LangChain converts),
+    ``tool_choice`` and ``response_format``; bad options get a ValueError that names them."""
+    converted = [convert_to_openai_tool(t) for t in tools or ()]
+    forced = forced_tools(tool_choice, converted)
+    if tool_choice == "none":
+        converted = []
+    if response_format is None:
+        return RequestFormat(converted, tool_call_format(forced) if forced else None)
+    if forced:
+        raise ValueError(
+            f"response_format and tool_choice={tool_choice!r} both fix the answer's format; "
+            "give one of them"
+        )
+    schema = json_schema_of(response_format)
+    return RequestFormat(converted, json_format(schema), json_instruction(schema))

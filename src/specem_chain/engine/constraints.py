@@ -1,0 +1,368 @@
+"""Candidate constraints: pure functions the engine applies to each candidate segment before
+verification, so the ensemble can never accept a segment that breaks the answer's required
+syntax."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from pydantic_core import from_json
+
+from ..backends.base import Segment
+from ..tool_calls import TOOL_CALL_CLOSE, TOOL_CALL_OPEN
+
+_WS = " \t\n\r"
+_WS_RUN = re.compile("[ \t\n\r]*")
+_ESCAPES = '"\\/bfnrt'
+_HEX = "0123456789abcdefABCDEF"
+_LITERALS = {"t": "true", "f": "false", "n": "null"}
+_CLOSERS = {"{": "}", "[": "]"}
+# A number's states and their moves, by character class ("1" stands for any of 1-9).
+_NUMBER = {
+    "minus": {"0": "zero", "1": "int"},
+    "zero": {".": "dot", "e": "exp_mark"},
+    "int": {"0": "int", "1": "int", ".": "dot", "e": "exp_mark"},
+    "dot": {"0": "frac", "1": "frac"},
+    "frac": {"0": "frac", "1": "frac", "e": "exp_mark"},
+    "exp_mark": {"0": "exp", "1": "exp", "+": "exp_sign", "-": "exp_sign"},
+    "exp_sign": {"0": "exp", "1": "exp"},
+    "exp": {"0": "exp", "1": "exp"},
+}
+_NUMBER_ENDS = {"zero", "int", "frac", "exp"}
+# The start of a tool call's object up to its name, the name so far, and its closing quote.
+_NAME_START = re.compile(r' \{ "name" : "([^"\\]*)("?)'.replace(" ", "[ \t\n\r]*"))
+
+
+class Constraint(Protocol):
+    def __call__(self, answer: str, segment: Segment) -> Segment | None:
+        """``segment`` as it may be accepted after ``answer``: unchanged, cut short (and then
+        finished, because the answer is complete), or None when it breaks the syntax."""
+        ...
+
+
+@dataclass(frozen=True)
+class AnswerFormat:
+    """What shape an answer must take: text it starts with (``prefix``, accepted before the
+    first round as if the members had written it) and a constraint on every candidate."""
+
+    prefix: str = ""
+    constraint: Constraint | None = None
+
+
+@dataclass(frozen=True)
+class JsonScan:
+    """How far a text is a JSON document (a top-level object or array, after whitespace)."""
+
+    valid: bool
+    """The text (up to ``end`` when complete) is a prefix of a valid JSON document."""
+    end: int | None
+    """Index just past the top-level value when it is complete, else None."""
+    key: LastKey | None = None
+    """The latest key of the innermost open object, when the text is incomplete."""
+
+
+@dataclass(frozen=True)
+class LastKey:
+    """The key an incomplete JSON text wrote last in its innermost open object."""
+
+    path: tuple[str | None, ...]
+    """Where that object is: a key per enclosing object, None per enclosing array."""
+    name: str
+    """The key as written so far (without its escape sequences)."""
+    closed: bool
+    """The key's closing quote is written."""
+
+
+_INVALID = JsonScan(False, None)
+
+
+def scan_json(text: str) -> JsonScan:
+    """Scan ``text`` as a JSON document (RFC 8259), stopping where its top-level value ends."""
+    stack: list[str] = []  # open containers, "{" or "["
+    keys: list[str | None] = []  # per open container: its latest key (None in arrays)
+    key = ""  # the object key being scanned
+    state = "value"  # what may come next: a state below, a string state or a number state
+    in_key = False  # the string being scanned is an object key
+    rest = ""  # characters still due in a literal (true, false, null)
+    hex_left = 0  # hex digits still due in a \u escape
+    for i, char in enumerate(text):
+        if state in _NUMBER:
+            move = _NUMBER[state].get("1" if char in "123456789" else char.lower())
+            if move:
+                state = move
+                continue
+            if state not in _NUMBER_ENDS:
+                return _INVALID
+            state = "after_value"  # the number ended: scan this character after it
+        if state == "string":
+            if char == '"':
+                state = "colon" if in_key else "after_value"
+                if in_key:
+                    keys[-1] = key
+            elif char == "\\":
+                state = "escape"
+            elif char < " ":
+                return _INVALID
+            elif in_key:
+                key += char
+        elif state == "escape":
+            if char == "u":
+                state, hex_left = "unicode", 4
+            elif char in _ESCAPES:
+                state = "string"
+            else:
+                return _INVALID
+        elif state == "unicode":
+            if char not in _HEX:
+                return _INVALID
+            hex_left -= 1
+            state = "unicode" if hex_left else "string"
+        elif state == "literal":
+            if char != rest[0]:
+                return _INVALID
+            rest = rest[1:]
+            state = "literal" if rest else "after_value"
+        elif char in _WS:
+            continue
+        elif state in ("value", "value_or_close"):  # after start, "[", "," in an array, ":"
+            if char in "{[":
+                stack.append(char)
+                keys.append(None)
+                state = "key_or_close" if char == "{" else "value_or_close"
+            elif char == "]" and state == "value_or_close":
+                stack.pop()
+                keys.pop()
+                state = "after_value"
+            elif not stack:
+                return _INVALID  # a top-level scalar
+            elif char == '"':
+                state, in_key = "string", False
+            elif char in "-0123456789":
+                state = {"-": "minus", "0": "zero"}.get(char, "int")
+            elif char in _LITERALS:
+                state, rest = "literal", _LITERALS[char][1:]
+            else:
+                return _INVALID
+        elif state in ("key", "key_or_close"):  # after "," in an object, after "{"
+            if char == '"':
+                state, in_key, key = "string", True, ""
+            elif char == "}" and state == "key_or_close":
+                stack.pop()
+                keys.pop()
+                state = "after_value"
+            else:
+                return _INVALID
+        elif state == "colon":
+            if char != ":":
+                return _INVALID
+            state = "value"
+        elif char == ",":  # after_value
+            state = "key" if stack[-1] == "{" else "value"
+        elif char == _CLOSERS[stack[-1]]:
+            stack.pop()
+            keys.pop()
+        else:
+            return _INVALID
+        if state == "after_value" and not stack:
+            return JsonScan(True, i + 1)
+    if not stack or stack[-1] != "{":
+        return JsonScan(True, None)
+    path = tuple(keys[:-1])
+    if state in ("string", "escape", "unicode") and in_key:
+        return JsonScan(True, None, LastKey(path, key, closed=False))
+    if state == "key":  # after a comma: a key must follow
+        return JsonScan(True, None, LastKey(path, "", closed=False))
+    return JsonScan(True, None, None if keys[-1] is None else LastKey(path, keys[-1], True))
+
+
+def _scan_object(text: str) -> JsonScan:
+    """``scan_json`` for a document that must be an object."""
+    return _INVALID if text.lstrip(_WS).startswith("[") else scan_json(text)
+
+
+def _cut(answer: str, segment: Segment, end: int) -> Segment:
+    """``segment`` cut where ``answer + segment.text`` is complete, ending the answer."""
+    return Segment(segment.text[: max(end - len(answer), 0)], finished=True)
+
+
+def _open(segment: Segment) -> Segment | None:
+    """``segment`` when the answer stays incomplete after it: it must not end the turn."""
+    return None if segment.finished else segment
+
+
+_JSON_TYPES: dict[str, tuple[type, ...]] = {
+    "object": (dict,),
+    "array": (list,),
+    "string": (str,),
+    "integer": (int,),
+    "number": (int, float),
+    "boolean": (bool,),
+    "null": (type(None),),
+}
+
+
+def _schema_types(schema: dict[str, Any]) -> set[str] | None:
+    """The JSON types a schema allows; None when it does not say (``$ref``, ``enum``...)."""
+    if isinstance(kind := schema.get("type"), str):
+        return {kind}
+    if isinstance(kind, list):
+        return set(kind)
+    options = schema.get("anyOf") or schema.get("oneOf")
+    if not options:
+        return None
+    types: set[str] = set()
+    for option in options:
+        if (option_types := _schema_types(option)) is None:
+            return None
+        types |= option_types
+    return types
+
+
+def fits_schema(value: Any, schema: dict[str, Any], *, complete: bool) -> bool:
+    """Whether ``value``, parsed from a JSON prefix, can still become valid for ``schema``.
+
+    Checks what small models get wrong: JSON types, keys the schema does not name (unless
+    ``additionalProperties`` is true) and, once the object is ``complete``, missing required
+    keys. Parts of a schema it cannot judge (``$ref``, ``enum``, formats) pass.
+    """
+    types = _schema_types(schema)
+    if types is not None and not any(
+        isinstance(value, _JSON_TYPES.get(t, ()))
+        and not (isinstance(value, bool) and t in ("integer", "number"))
+        for t in types
+    ):
+        return False
+    properties = schema.get("properties")
+    if not isinstance(value, dict) or not isinstance(properties, dict):
+        return True
+    if schema.get("additionalProperties") is not True and not set(value) <= set(properties):
+        return False
+    if complete and not set(schema.get("required", ())) <= set(value):
+        return False
+    return all(
+        fits_schema(v, properties[k], complete=complete)
+        for k, v in value.items()
+        if k in properties
+    )
+
+
+def key_fits(key: LastKey, schema: dict[str, Any], value: Any) -> bool:
+    """Whether a key being written can still be one that its object's schema names and,
+    while it is unfinished, one the object (in ``value``, parsed so far) has not written."""
+    for step in key.path:
+        schema = schema.get("items", {}) if step is None else schema.get("properties", {})
+        schema = schema if step is None else schema.get(step, {})
+        value = _step(value, step)
+        if not isinstance(schema, dict):
+            return True
+    properties = schema.get("properties")
+    if not isinstance(properties, dict) or schema.get("additionalProperties") is True:
+        return True
+    if key.closed:
+        return key.name in properties
+    written = value if isinstance(value, dict) else {}
+    return any(name.startswith(key.name) for name in properties if name not in written)
+
+
+def _step(value: Any, step: str | None) -> Any:
+    """The part of a partial value at one step of a path (the last item of an array)."""
+    if step is None:
+        return value[-1] if isinstance(value, list) and value else None
+    return value.get(step) if isinstance(value, dict) else None
+
+
+def json_fits(text: str, scan: JsonScan, schema: dict[str, Any]) -> bool:
+    """Whether a valid JSON prefix (``scan`` of ``text``) can still become valid for
+    ``schema``: its values so far (:func:`fits_schema`) and the key it is writing."""
+    try:
+        value = from_json(text[: scan.end], allow_partial="trailing-strings")
+    except ValueError:  # a prefix pydantic cannot read: nothing to judge yet
+        return True
+    if scan.key is not None and not key_fits(scan.key, schema, value):
+        return False
+    return fits_schema(value, schema, complete=scan.end is not None)
+
+
+@dataclass(frozen=True)
+class JsonObjectAnswer:
+    """The answer is one JSON object, fitting ``schema`` when given (:func:`fits_schema`);
+    text after it is cut off and the answer ends."""
+
+    schema: dict[str, Any] | None = None
+
+    def __call__(self, answer: str, segment: Segment) -> Segment | None:
+        full = answer + segment.text
+        scan = _scan_object(full)
+        if not scan.valid:
+            return None
+        if self.schema is not None and not json_fits(full, scan, self.schema):
+            return None
+        return _open(segment) if scan.end is None else _cut(answer, segment, scan.end)
+
+
+@dataclass(frozen=True)
+class ToolCallAnswer:
+    """The answer is one or more calls of the tools in ``parameters`` (a tool's name and the
+    JSON schema of its arguments), each a JSON object with ``name`` and ``arguments`` fitting
+    the schema (:func:`fits_schema`) between ``TOOL_CALL_OPEN`` and ``TOOL_CALL_CLOSE``
+    (Hermes format). Text after a complete call that cannot start another one is cut off
+    and the answer ends."""
+
+    parameters: dict[str, dict[str, Any]]
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(self.parameters)
+
+    def __call__(self, answer: str, segment: Segment) -> Segment | None:
+        full = answer + segment.text
+        pos, cut = 0, None  # cut: just past the last complete call
+        while True:
+            pos = _WS_RUN.match(full, pos).end()
+            if not full.startswith(TOOL_CALL_OPEN, pos):
+                if not TOOL_CALL_OPEN.startswith(full[pos:]):
+                    return None if cut is None else _cut(answer, segment, cut)
+                return segment if cut is not None and pos == len(full) else _open(segment)
+            pos += len(TOOL_CALL_OPEN)
+            scan = _scan_object(full[pos:])
+            if not scan.valid or not self._name_fits(full[pos:]):
+                return None
+            if not json_fits(full[pos:], scan, self._call_schema(full[pos:])):
+                return None
+            if scan.end is None:
+                return _open(segment)
+            if not self._is_call(full[pos : pos + scan.end]):
+                return None
+            pos = _WS_RUN.match(full, pos + scan.end).end()
+            if not full.startswith(TOOL_CALL_CLOSE, pos):
+                # The call is complete: its closing tag may follow, or the turn may end here.
+                return segment if TOOL_CALL_CLOSE.startswith(full[pos:]) else None
+            pos = cut = pos + len(TOOL_CALL_CLOSE)
+
+    def _name_fits(self, text: str) -> bool:
+        """The call's name, as far as ``text`` has written it, can still be one of the names."""
+        if not (match := _NAME_START.match(text)):
+            return True
+        name, closed = match.groups()
+        if closed:
+            return name in self.names
+        return any(full_name.startswith(name) for full_name in self.names)
+
+    def _call_schema(self, text: str) -> dict[str, Any]:
+        """The schema of a call (``text``), with its tool's arguments once its name (the
+        first key, as the answer's prefix writes it) is complete."""
+        match = _NAME_START.match(text)
+        tool = match.group(1) if match and match.group(2) else None
+        return {
+            "type": "object",
+            "properties": {"name": {"type": "string"}, "arguments": self.parameters.get(tool, {})},
+            "required": ["name", "arguments"],
+        }
+
+    def _is_call(self, text: str) -> bool:
+        """``text`` (a complete JSON object) calls one of the names with object arguments."""
+        call = json.loads(text)
+        return call.get("name") in self.names and isinstance(call.get("arguments"), dict)

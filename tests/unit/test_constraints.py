@@ -1,0 +1,282 @@
+"""Candidate constraints: the JSON prefix scanner, JSON-object answers and tool-call answers."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from specem_chain.backends.base import Segment
+from specem_chain.engine.constraints import (
+    JsonObjectAnswer,
+    JsonScan,
+    LastKey,
+    ToolCallAnswer,
+    fits_schema,
+    scan_json,
+)
+
+scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=5)
+)
+keys = st.text(max_size=4)
+values = st.recursive(
+    scalars,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(keys, inner, max_size=3),
+    max_leaves=8,
+)
+objects = st.dictionaries(keys, values, max_size=3)
+
+
+def dumps(value) -> st.SearchStrategy[str]:
+    return st.builds(
+        json.dumps, value, ensure_ascii=st.booleans(), indent=st.sampled_from([None, 2])
+    )
+
+
+documents = dumps(st.lists(values, max_size=3) | objects)
+object_documents = dumps(objects)
+jsonish = st.text(alphabet='{}[]":,0123456789.eE+-tfrnulas \\', max_size=12)
+NAMES = ("get_weather", "search")
+ANY_ARGUMENTS: dict[str, dict] = {name: {} for name in NAMES}  # schemas: any arguments
+calls = st.fixed_dictionaries({"name": st.sampled_from(NAMES), "arguments": objects})
+blocks = dumps(calls).map(lambda call: f"<tool_call>\n{call}\n</tool_call>")
+
+
+@st.composite
+def pieces(draw, text: st.SearchStrategy[str]) -> list[str]:
+    """A text split at random points into non-empty pieces."""
+    whole = draw(text)
+    cuts = sorted(draw(st.sets(st.integers(1, len(whole) - 1), max_size=5)))
+    return [whole[a:b] for a, b in zip([0, *cuts], [*cuts, len(whole)])]
+
+
+def rounds(constraint, texts: list[str], finish: bool) -> list[Segment | None]:
+    """What ``constraint`` makes of the texts fed round by round (the last one finished if
+    ``finish``), each round after the text accepted so far."""
+    answer, accepted = "", []
+    for i, text in enumerate(texts):
+        segment = constraint(answer, Segment(text, finish and i == len(texts) - 1))
+        accepted.append(segment)
+        answer += segment.text if segment else ""
+    return accepted
+
+
+# --------------------------------------------------------------------------------------------
+# scan_json
+# --------------------------------------------------------------------------------------------
+
+
+@given(doc=documents, lead=st.sampled_from(["", " \n\t\r"]), junk=st.text(max_size=5))
+def test_every_prefix_of_a_document_is_valid(doc, lead, junk):
+    doc = lead + doc
+    for k in range(len(doc)):
+        assert (scan_json(doc[:k]).valid, scan_json(doc[:k]).end) == (True, None), doc[:k]
+    assert scan_json(doc) == scan_json(doc + junk) == JsonScan(True, len(doc))
+
+
+@st.composite
+def near_json(draw) -> str:
+    """Random JSON-ish text, or a document's prefix followed by such text."""
+    doc = draw(documents)
+    start = doc[: draw(st.integers(0, len(doc)))] if draw(st.booleans()) else ""
+    return start + draw(jsonish)
+
+
+def parses(text: str) -> bool:
+    try:
+        return isinstance(json.loads(text), dict | list)
+    except ValueError:
+        return False
+
+
+@given(text=near_json(), more=jsonish)
+def test_scan_agrees_with_json_loads(text, more):
+    scan = scan_json(text)
+    if scan.end is not None:
+        assert scan.valid and parses(text[: scan.end])
+    if parses(text):
+        assert scan == JsonScan(True, len(text.rstrip(" \t\n\r")))
+    if not scan.valid:  # a prefix that cannot be extended stays invalid
+        assert not scan_json(text + more).valid and not parses(text + more)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ['{"a" 1', "[1,]", '{"a":1,}', "{,", "[01", "[00", '{"a": tx', '["\x01"]', '["\\x"]',
+     '["\\u123"]', '["\\u12g', "{1:2}", "1", ' "a"', "true", "[1.]", "[1e+]", "[-]", "[.5]",
+     "[+1]", "[1 2]", "[}", "[1}", '{"a":1]', '{"a"}', "x"],
+)  # fmt: skip
+def test_invalid_prefixes(text):
+    assert not scan_json(text).valid
+
+
+@pytest.mark.parametrize(
+    "text",
+    ['["\\u12', "[-", "[1.", "[1e", "[1e+", "[tr", "[nul", '{"a": fals', " ", '{"a'],
+)
+def test_incomplete_prefixes(text):
+    assert (scan_json(text).valid, scan_json(text).end) == (True, None)
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ('{"se', LastKey((), "se", closed=False)),
+        ('{"setup"', LastKey((), "setup", closed=True)),
+        ('{"setup": "Why', LastKey((), "setup", closed=True)),
+        ('{"a": [{"b": 1, "c', LastKey(("a", None), "c", closed=False)),
+        ('{"a": {"b": 1}', LastKey((), "a", closed=True)),
+        ('{"a": {"b": 1}, ', LastKey((), "", closed=False)),
+        ("[1, ", None),
+        ("{", None),
+    ],
+)
+def test_the_key_being_written(text, key):
+    assert scan_json(text).key == key
+
+
+# --------------------------------------------------------------------------------------------
+# JsonObjectAnswer
+# --------------------------------------------------------------------------------------------
+
+
+@given(texts=pieces(object_documents))
+def test_object_is_accepted_round_by_round_and_finishes(texts):
+    expected = [Segment(text) for text in texts[:-1]] + [Segment(texts[-1], True)]
+    assert rounds(JsonObjectAnswer(), texts, finish=False) == expected
+
+
+@given(doc=object_documents, junk=st.text(min_size=1, max_size=8))
+def test_text_after_the_object_is_cut(doc, junk):
+    assert JsonObjectAnswer()("", Segment(doc + junk)) == Segment(doc, True)
+    assert JsonObjectAnswer()(doc, Segment(junk)) == Segment("", True)
+
+
+@given(doc=object_documents, data=st.data())
+def test_finishing_inside_the_object_is_rejected(doc, data):
+    k = data.draw(st.integers(0, len(doc) - 1))
+    assert JsonObjectAnswer()(doc[:k], Segment(doc[k:-1], True)) is None
+
+
+@pytest.mark.parametrize("text", ["[1]", "[", ' "a"', "x{}"])
+def test_object_answer_rejects_other_documents(text):
+    assert JsonObjectAnswer()("", Segment(text)) is None
+
+
+# --------------------------------------------------------------------------------------------
+# ToolCallAnswer
+# --------------------------------------------------------------------------------------------
+
+
+@given(texts=pieces(st.lists(blocks, min_size=1, max_size=2).map("\n".join)))
+def test_tool_calls_are_accepted_round_by_round(texts):
+    assert rounds(ToolCallAnswer(ANY_ARGUMENTS), texts, finish=True) == [
+        Segment(text, i == len(texts) - 1) for i, text in enumerate(texts)
+    ]
+
+
+@given(block=blocks, prose=st.sampled_from(["\nDone.", " I called it.", "\n\n<tool_calls>"]))
+def test_prose_after_a_call_is_cut(block, prose):
+    assert ToolCallAnswer(ANY_ARGUMENTS)("", Segment(block + prose)) == Segment(block, True)
+    assert ToolCallAnswer(ANY_ARGUMENTS)(block, Segment(prose)) == Segment("", True)
+
+
+@given(block=blocks, data=st.data())
+def test_finishing_inside_a_call_is_rejected(block, data):
+    end = block.rindex("}") + 1  # where the call's object is complete
+    k = data.draw(st.integers(0, end - 1))
+    assert ToolCallAnswer(ANY_ARGUMENTS)("", Segment(block[:k], True)) is None
+
+
+@given(block=blocks, data=st.data())
+def test_a_complete_call_may_end_the_turn_before_its_closing_tag(block, data):
+    k = data.draw(st.integers(block.rindex("}") + 1, len(block)))
+    assert ToolCallAnswer(ANY_ARGUMENTS)("", Segment(block[:k], True)) == Segment(block[:k], True)
+
+
+@pytest.mark.parametrize(
+    ("text", "accepted"),
+    [
+        ('<tool_call>{"name": "sea', True),
+        ('<tool_call>{"name": "search", "arguments": 3', True),
+        ('<tool_call>{"name": "x', False),
+        ('<tool_call>{"name": "get"', False),
+        ('<tool_call>{"name": "search_all', False),
+        ('<tool_call>{"name": "search", "arguments": 3}', False),
+        ('<tool_call>{"arguments": {}, "name": "other"}', False),
+        ("<tool_call>[", False),
+        ('<tool_call>{"name": "search", "arguments": {}}</tool', True),
+        ('<tool_call>{"name": "search", "arguments": {}}</tool_cal>', False),
+        ("Sure! <tool_call>", False),
+        ("Sure", False),
+    ],
+)
+def test_tool_call_syntax(text, accepted):
+    assert (ToolCallAnswer(ANY_ARGUMENTS)("", Segment(text)) == Segment(text)) is accepted
+
+
+MAGIC = {
+    "type": "object",
+    "properties": {
+        "input": {"type": "integer"},
+        "note": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+    },
+    "required": ["input"],
+}
+
+
+@pytest.mark.parametrize(
+    ("value", "complete", "fits"),
+    [
+        ({"input": 3}, True, True),
+        ({"input": 3, "note": None}, True, True),
+        ({}, False, True),
+        ({}, True, False),  # a required key is missing
+        ({"input": {}}, False, False),  # the schema's own text echoed as the value
+        ({"type": "integer"}, False, False),  # a key the schema does not name
+        ({"input": True}, False, False),  # a boolean is not an integer
+        ({"input": 3, "note": 4}, False, False),
+        ([], False, False),
+    ],
+)
+def test_fits_schema(value, complete, fits):
+    assert fits_schema(value, MAGIC, complete=complete) is fits
+
+
+def test_additional_properties_and_unknown_schemas_pass():
+    assert fits_schema(
+        {"x": 1}, {**MAGIC, "required": [], "additionalProperties": True}, complete=True
+    )
+    assert fits_schema({"x": [1]}, {"properties": {"x": {"$ref": "#/$defs/X"}}}, complete=True)
+
+
+@pytest.mark.parametrize(
+    ("text", "accepted"),
+    [
+        ('<tool_call>{"name": "magic", "arguments": {"input": 3', True),
+        ('<tool_call>{"name": "magic", "arguments": {"input": {"type"', False),
+        ('<tool_call>{"name": "magic", "arguments": {"type": "function"', False),
+        ('<tool_call>{"name": "magic", "arguments": {}}', False),
+        ('<tool_call>{"name": "magic", "arguments": {"input": 3, "no', True),
+        ('<tool_call>{"name": "magic", "arguments": {"input": 3, "note": null,', False),
+        ('<tool_call>{"name": "magic", "arguments": {"input": 3, "inp', False),
+        ('<tool_call>{"name": "magic", "arguments": {"input": 3}}\n</tool_call>', True),
+    ],
+)
+def test_tool_call_arguments_fit_the_tool_schema(text, accepted):
+    assert (ToolCallAnswer({"magic": MAGIC})("", Segment(text)) == Segment(text)) is accepted
+
+
+def test_json_answer_fits_its_schema():
+    answer = JsonObjectAnswer(MAGIC)
+    assert answer("{", Segment('"input": 3')) == Segment('"input": 3')
+    assert answer("{", Segment('"properties": {')) is None
+    assert answer("{", Segment("}", True)) is None  # closes without the required key
+    assert answer('{"input": 3', Segment("} and more")) == Segment("}", True)

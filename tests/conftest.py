@@ -15,9 +15,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 @pytest.fixture(scope="session")
 def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Folders of tiny random models: "llama", "qwen2", "plain" (no chat template) and
-    "nosystem" (a template that rejects a system turn)."""
-    from tiny_models import NO_SYSTEM_TEMPLATE, build_model
+    """Folders of tiny random models: "llama", "qwen2", "plain" (no chat template),
+    "nosystem" (a template that rejects a system turn) and "tools" (a template that writes
+    tools)."""
+    from tiny_models import NO_SYSTEM_TEMPLATE, TOOLS_TEMPLATE, build_model
 
     root = tmp_path_factory.mktemp("tiny")
     return {
@@ -25,4 +26,5 @@ def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "qwen2": build_model(root / "qwen2", "qwen2"),
         "plain": build_model(root / "plain", "llama", chat_template=None),
         "nosystem": build_model(root / "nosystem", "qwen2", chat_template=NO_SYSTEM_TEMPLATE),
+        "tools": build_model(root / "tools", "qwen2", chat_template=TOOLS_TEMPLATE),
     }

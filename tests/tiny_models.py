@@ -57,6 +57,18 @@ NO_SYSTEM_TEMPLATE = (
 )
 """A template that rejects a system turn, as some real ones (Gemma 2, Mistral) do."""
 
+TOOLS_TEMPLATE = (
+    "{% if tools %}<|im_start|>system\n<tools>{% for t in tools %}{{ t | tojson }}{% endfor %}"
+    "</tools><|im_end|>\n{% endif %}{% for m in messages %}<|im_start|>"
+    "{{ 'user' if m['role'] == 'tool' else m['role'] }}\n"
+    "{% if m['role'] == 'tool' %}<tool_response>{{ m['content'] }}</tool_response>"
+    "{% else %}{{ m['content'] }}{% endif %}"
+    "{% for c in m.get('tool_calls', []) %}<tool_call>{{ c['function'] | tojson }}</tool_call>"
+    "{% endfor %}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+"""A template with tool support, in the shape of Qwen2.5's."""
+
 
 def build_model(
     folder: Path, architecture: str, *, chat_template: str | None = CHAT_TEMPLATE

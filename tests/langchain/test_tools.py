@@ -1,0 +1,240 @@
+"""Tools and structured output: rendering, the engine's answer format, parsing, and the
+default ensemble writing valid calls and objects."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from langchain_core.messages import AIMessage, AIMessageChunk, HumanMessage, ToolMessage
+from langchain_core.tools import tool
+from pydantic import BaseModel, Field
+
+from specem_chain import Member, SpecEMChatModel
+from specem_chain.backends.base import Segment
+from specem_chain.backends.chat import tools_as_text
+from specem_chain.backends.transformers import TransformersBackend
+from specem_chain.chat_model import ToolCallChunks, to_conversation
+from specem_chain.engine import AnswerFormat, EngineConfig
+from specem_chain.ensemble import Answer, answer_rounds
+from specem_chain.errors import EnsembleError
+
+
+@tool
+def get_weather(location: str) -> str:
+    """Get the weather at a location."""
+    return "sunny"
+
+
+@tool
+def magic_function(input: int) -> int:
+    """Apply a magic function to an input."""
+    return input + 2
+
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Get the weather at a location.",
+        "parameters": {"type": "object", "properties": {"location": {"type": "string"}}},
+    },
+}
+HISTORY = [
+    HumanMessage("Weather in Paris?"),
+    AIMessage("", tool_calls=[{"name": "get_weather", "args": {"location": "Paris"}, "id": "c1"}]),
+    ToolMessage("sunny", tool_call_id="c1", name="get_weather"),
+]
+
+
+# -- conversations with tools ------------------------------------------------------------
+
+
+def test_tool_turns_become_template_turns():
+    user, call, result = to_conversation(HISTORY)
+    assert user == {"role": "user", "content": "Weather in Paris?"}
+    assert call["tool_calls"] == [
+        {
+            "id": "c1",
+            "type": "function",
+            "function": {"name": "get_weather", "arguments": {"location": "Paris"}},
+        }
+    ]
+    assert result == {
+        "role": "tool",
+        "content": "sunny",
+        "tool_call_id": "c1",
+        "name": "get_weather",
+    }
+
+
+def test_tools_as_text_for_a_template_without_tool_support():
+    system, user, call, result = tools_as_text(
+        [{"role": "system", "content": "Be brief."}, *to_conversation(HISTORY)], [WEATHER]
+    )
+    assert system["content"].startswith("Be brief.\n\n# Tools")
+    assert json.dumps(WEATHER) in system["content"]
+    assert call == {
+        "role": "assistant",
+        "content": '<tool_call>\n{"name": "get_weather", "arguments": {"location": "Paris"}}'
+        "\n</tool_call>",
+    }
+    assert result == {"role": "user", "content": "<tool_response>\nsunny\n</tool_response>"}
+    assert user["role"] == "user"
+
+
+def test_each_template_gets_tools_its_own_way(tiny_models):
+    native = TransformersBackend.load(Member(source=str(tiny_models["tools"])))
+    textual = TransformersBackend.load(Member(source=str(tiny_models["llama"])))
+    plain = TransformersBackend.load(Member(source=str(tiny_models["plain"])))
+    assert native.native_tools and not textual.native_tools and not plain.native_tools
+    conversation = to_conversation(HISTORY)
+    rendered = {
+        name: backend.tokenizer.decode(backend.render(conversation, [WEATHER])[0])
+        for name, backend in (("native", native), ("textual", textual), ("plain", plain))
+    }
+    assert f"<tools>{json.dumps(WEATHER)}</tools>" in rendered["native"]
+    assert (
+        '<tool_call>{"name": "get_weather", "arguments": {"location": "Paris"}}'
+        in (rendered["native"])
+    )
+    assert "<tool_response>sunny</tool_response>" in rendered["native"]
+    for name in ("textual", "plain"):
+        assert "# Tools" in rendered[name] and "<tool_response>\nsunny" in rendered[name]
+
+
+# -- the engine's answer format ------------------------------------------------------------
+
+
+async def answer(members, answer_format, **settings) -> Answer:
+    result = Answer(members=[m.label for m in members])
+    question = [{"role": "user", "content": "How many clips?"}]
+    config = EngineConfig(seed=0, max_tokens=12, **settings)
+    async for event, _ in answer_rounds(members, question, config, (), answer_format):
+        result.add(event)
+    return result
+
+
+@pytest.fixture
+def pair(tiny_models) -> list[Member]:
+    return [Member(source=str(tiny_models[name])) for name in ("llama", "qwen2")]
+
+
+async def test_the_answer_starts_with_the_prefix(pair):
+    result = await answer(pair, AnswerFormat(prefix="Answer: "))
+    assert result.text.startswith("Answer: ") and len(result.text) > len("Answer: ")
+
+
+async def test_a_constraint_cuts_a_candidate_and_ends_the_answer(pair):
+    def first_character_only(answer: str, segment: Segment) -> Segment | None:
+        return Segment(segment.text[:1], finished=True) if segment.text else None
+
+    result = await answer(pair, AnswerFormat(prefix="[", constraint=first_character_only))
+    assert len(result.rounds) == 1 and result.finish_reason == "end_of_turn"
+    assert len(result.text) == 2 and result.text.startswith("[")
+
+
+async def test_rejected_candidates_are_redrafted_then_the_request_fails(pair):
+    seen: list[str] = []
+
+    def reject_all(answer: str, segment: Segment) -> None:
+        seen.append(answer)
+
+    with pytest.raises(EnsembleError, match="every candidate broke the answer's required format"):
+        await answer(pair, AnswerFormat(prefix="{", constraint=reject_all))
+    assert seen == ["{"] * 3 * len(pair)  # three attempts, every member's draft each time
+
+
+# -- tool calls in the answer --------------------------------------------------------------
+
+
+def join(chunks: list[AIMessageChunk]) -> AIMessageChunk:
+    total = chunks[0]
+    for chunk in chunks[1:]:
+        total += chunk
+    return total
+
+
+def test_calls_stream_as_chunks_and_bad_ones_become_invalid_calls():
+    calls = ToolCallChunks(["get_weather"])
+    text = (
+        'Checking.<tool_call>\n{"name": "get_weather", "arguments": {"location": "Oslo"}}\n'
+        "</tool_call>\n<tool_call>\n{not json}\n</tool_call>"
+    )
+    pieces = [calls.feed(text[:20], False), calls.feed(text[20:], True)]
+    message = join([AIMessageChunk(content=c, tool_call_chunks=t) for c, t in pieces])
+    assert message.content == "Checking."
+    assert [(c["name"], c["args"]) for c in message.tool_calls] == [
+        ("get_weather", {"location": "Oslo"})
+    ]
+    assert len(message.invalid_tool_calls) == 1
+    assert "{not json}" in message.invalid_tool_calls[0]["args"]
+    assert len({c["id"] for c in message.tool_calls + message.invalid_tool_calls}) == 2
+
+
+def test_bad_tool_options_get_clear_errors(pair):
+    llm = SpecEMChatModel(members=pair)
+    with pytest.raises(ValueError, match="bound tools are \\['get_weather'\\]"):
+        llm.bind_tools([get_weather], tool_choice="lookup")
+    with pytest.raises(ValueError, match="no tools are bound"):
+        llm.invoke("hi", tool_choice="any")
+    with pytest.raises(ValueError, match="give one of them"):
+        llm.invoke(
+            "hi", tools=[get_weather], tool_choice="any", response_format={"type": "json_object"}
+        )
+    with pytest.raises(ValueError, match="response_format="):
+        llm.invoke("hi", response_format={"type": "xml"})
+    with pytest.raises(ValueError, match="needs a schema"):
+        llm.with_structured_output(None)
+    with pytest.raises(ValueError, match="method='yaml'"):
+        llm.with_structured_output(dict, method="yaml")
+
+
+# -- the default ensemble --------------------------------------------------------------------
+
+
+class Person(BaseModel):
+    """A person mentioned in the text."""
+
+    name: str = Field(description="the person's name")
+    age: int = Field(description="the person's age in years")
+
+
+@pytest.mark.models
+@pytest.mark.parametrize("seed", range(20))
+def test_a_forced_tool_call_is_always_a_valid_call(seed):
+    llm = SpecEMChatModel(seed=seed, max_tokens=48).bind_tools(
+        [get_weather, magic_function], tool_choice="any"
+    )
+    message = llm.invoke("What is the weather like in Lisbon today?")
+    assert message.invalid_tool_calls == [] and len(message.tool_calls) >= 1
+    tools = {"get_weather": get_weather, "magic_function": magic_function}
+    for call in message.tool_calls:
+        tools[call["name"]].args_schema.model_validate(call["args"])  # raises if invalid
+    assert message.response_metadata["finish_reason"] == "tool_calls"
+
+
+@pytest.mark.models
+@pytest.mark.parametrize("seed", range(10))
+def test_structured_output_is_a_valid_object(seed):
+    llm = SpecEMChatModel(seed=seed, max_tokens=48).with_structured_output(Person)
+    person = llm.invoke("Maria is 34 years old and lives in Porto.")
+    assert isinstance(person, Person)
+
+
+@pytest.mark.models
+def test_a_streamed_call_matches_the_invoked_one():
+    llm = SpecEMChatModel(seed=3, max_tokens=48).bind_tools([get_weather], tool_choice="any")
+    question = "What is the weather like in Lisbon today?"
+    streamed = join(list(llm.stream(question)))
+    invoked = llm.invoke(question)
+    assert [c["args"] for c in streamed.tool_calls] == [c["args"] for c in invoked.tool_calls]
+    assert streamed.tool_call_chunks and streamed.tool_calls[0]["name"] == "get_weather"
+
+
+@pytest.mark.models
+def test_include_raw_returns_the_parsing_error_instead_of_raising():
+    llm = SpecEMChatModel(seed=0, max_tokens=4).with_structured_output(Person, include_raw=True)
+    result = llm.invoke("Maria is 34 years old and lives in Porto.")  # 4 tokens cut the JSON
+    assert result["parsed"] is None and result["parsing_error"] is not None
+    assert isinstance(result["raw"], AIMessage) and result["raw"].content.startswith('{"name":')

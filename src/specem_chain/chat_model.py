@@ -220,7 +220,7 @@ class SpecEMChatModel(BaseChatModel):
             content, tool_call_chunks = event.text, []
             if calls is not None:
                 content, tool_call_chunks = calls.feed(event.text, event.finished)
-                if event.finished and calls.count:
+                if event.finished and calls.count and event.finish_reason != "length":
                     metadata["finish_reason"] = "tool_calls"
             message = AIMessageChunk(
                 content=content,

@@ -106,10 +106,10 @@ def test_each_template_gets_tools_its_own_way(tiny_models):
 # -- the engine's answer format ------------------------------------------------------------
 
 
-async def answer(members, answer_format, **settings) -> Answer:
+async def answer(members, answer_format, max_tokens=12) -> Answer:
     result = Answer(members=[m.label for m in members])
     question = [{"role": "user", "content": "How many clips?"}]
-    config = EngineConfig(seed=0, max_tokens=12, **settings)
+    config = EngineConfig(seed=0, max_tokens=max_tokens)
     async for event, _ in answer_rounds(members, question, config, (), answer_format):
         result.add(event)
     return result
@@ -135,14 +135,23 @@ async def test_a_constraint_cuts_a_candidate_and_ends_the_answer(pair):
 
 
 async def test_rejected_candidates_are_redrafted_then_the_request_fails(pair):
-    seen: list[str] = []
+    seen: set[str] = set()
 
     def reject_all(answer: str, segment: Segment) -> None:
-        seen.append(answer)
+        seen.add(answer)
 
     with pytest.raises(EnsembleError, match="every candidate broke the answer's required format"):
         await answer(pair, AnswerFormat(prefix="{", constraint=reject_all))
-    assert seen == ["{"] * 3 * len(pair)  # three attempts, every member's draft each time
+    assert seen == {"{"}  # no round was accepted
+
+
+async def test_when_no_whole_candidate_fits_the_longest_fitting_start_is_kept(pair):
+    def two_characters(answer: str, segment: Segment) -> Segment | None:
+        return segment if len(segment.text) <= 2 and not segment.finished else None
+
+    result = await answer(pair, AnswerFormat(constraint=two_characters), max_tokens=6)
+    assert result.finish_reason == "length"
+    assert all(len(e.segment) == 2 for e in result.rounds)  # cut back, never rejected
 
 
 # -- tool calls in the answer --------------------------------------------------------------

@@ -267,6 +267,7 @@ def test_additional_properties_and_unknown_schemas_pass():
         ('<tool_call>{"name": "magic", "arguments": {"input": 3, "no', True),
         ('<tool_call>{"name": "magic", "arguments": {"input": 3, "note": null,', False),
         ('<tool_call>{"name": "magic", "arguments": {"input": 3, "inp', False),
+        ('<tool_call>{"name": "magic", "arguments": {"note": "a</tool_call>', False),
         ('<tool_call>{"name": "magic", "arguments": {"input": 3}}\n</tool_call>', True),
     ],
 )

@@ -51,6 +51,20 @@ class AnswerFormat:
     prefix: str = ""
     constraint: Constraint | None = None
 
+    def shape(self, answer: str, segment: Segment) -> Segment | None:
+        """``segment`` as it may be accepted after ``answer``, or None."""
+        return segment if self.constraint is None else self.constraint(answer, segment)
+
+    def shape_start(self, answer: str, segment: Segment) -> Segment | None:
+        """The longest non-empty start of ``segment`` (unfinished) that may be accepted after
+        ``answer``, or None: for a round where no candidate fits whole, so the answer still
+        moves on as far as the members agree with the format."""
+        for end in range(len(segment.text) - 1, 0, -1):
+            cut = self.shape(answer, Segment(segment.text[:end]))
+            if cut is not None and cut.text:
+                return cut
+        return None
+
 
 @dataclass(frozen=True)
 class JsonScan:
@@ -330,6 +344,8 @@ class ToolCallAnswer:
             scan = _scan_object(full[pos:])
             if not scan.valid or not self._name_fits(full[pos:]):
                 return None
+            if TOOL_CALL_CLOSE in full[pos : pos + (scan.end or len(full))]:
+                return None  # the closing tag in a string would end the block for a reader
             if not json_fits(full[pos:], scan, self._call_schema(full[pos:])):
                 return None
             if scan.end is None:

@@ -193,15 +193,21 @@ async def run_rounds(
             drafting = list(drafts)
             for i, d in drafts.items():
                 drafted_tokens[names[i]] += d.tokens
-            candidates, rejected = [], []
-            for i, d in drafts.items():
-                segment: Segment | None = Segment(clean_boundary(d.text, d.finished), d.finished)
-                if answer_format.constraint is not None:
-                    segment = answer_format.constraint(answer, segment)
-                if segment is None:
-                    rejected.append(f"{names[i]}: {d.text!r}")
-                    segment = Segment("")
-                candidates.append(Candidate(names[i], segment.text, segment.finished, d.tokens))
+            cleaned = [
+                Segment(clean_boundary(d.text, d.finished), d.finished) for d in drafts.values()
+            ]
+            shaped = [answer_format.shape(answer, segment) for segment in cleaned]
+            if all(s is None for s in shaped):  # no whole candidate fits: keep what each can
+                shaped = [answer_format.shape_start(answer, segment) for segment in cleaned]
+            rejected = [
+                f"{names[i]}: {d.text!r}" for (i, d), s in zip(drafts.items(), shaped) if s is None
+            ]
+            candidates = [
+                Candidate(names[i], s.text, s.finished, d.tokens)
+                if s is not None
+                else Candidate(names[i], "", False, d.tokens)
+                for (i, d), s in zip(drafts.items(), shaped)
+            ]
             # A candidate with no text that does not end the turn would accept nothing.
             live = [k for k, c in enumerate(candidates) if c.text or c.finished]
             if live:

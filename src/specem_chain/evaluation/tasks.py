@@ -125,7 +125,9 @@ class GSM8K(Task):
     name = "gsm8k"
     metrics = ("exact_match",)
     votable = True
-    INSTRUCTION = "Solve it step by step. End with a line of the form '#### <number>'."
+    INSTRUCTION = "Think step by step, then give the final answer as 'The answer is <number>.'"
+    """A '#### <number>' format line made Qwen2.5-Coder answer a bare '#### N' with no
+    working (0 of 13 train problems); with this one it reasons first (2 of 8)."""
 
     def example(self, record: dict[str, Any], index: int) -> Example:
         _, marker, tail = record["answer"].rpartition("####")

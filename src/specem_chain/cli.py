@@ -19,7 +19,7 @@ from .engine import EngineConfig
 from .ensemble import Answer, answer_rounds
 from .errors import SpecEMError
 from .evaluation import cli as evaluation_cli
-from .members import Member
+from .members import Backend, Member
 from .report import report
 
 app = typer.Typer(
@@ -210,12 +210,16 @@ def bench(
         typer.Option("--out", help="Write speed.md, speed.json and speed.png here."),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    backend: Annotated[
+        Backend,
+        typer.Option(help="Where the members run (llamacpp needs the llamacpp extra)."),
+    ] = "transformers",
 ) -> None:
     """Measure speed against the members alone and against the reference design."""
     quiet_transformers()
     from .benchmark import speed
 
-    members = [Member(source=s) for s in (member or defaults.DEFAULT_MEMBERS)]
+    members = [Member(source=s, backend=backend) for s in (member or defaults.DEFAULT_MEMBERS)]
     try:
         result = speed.measure(
             members, lengths or [64, 256, 512], repeats, reference_repeats, err.log

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 Role = Literal["both", "drafter", "verifier"]
 DType = Literal["float32", "bfloat16", "float16"]
 Kind = Literal["local", "tgi", "openai"]
+Backend = Literal["transformers", "llamacpp"]
 """Where a member runs: in this process, on a TGI server, or on an OpenAI-style
 completions server (vLLM, llama-cpp-python)."""
 
@@ -43,7 +44,7 @@ class Member(BaseModel):
     sampling: Sampling = Sampling()
     device: str = Field("cpu", description='A torch device, e.g. "cpu", "cuda:1".')
     dtype: DType = "float32"
-    backend: Literal["transformers", "llamacpp"] = Field(
+    backend: Backend = Field(
         "transformers",
         description="local: run with transformers, or with llama.cpp from the GGUF "
         "(a built-in model or a .gguf source; needs the llamacpp extra).",

@@ -126,3 +126,16 @@ async def test_a_mixed_ensemble_of_transformers_and_llamacpp_members():
     reply = await model.ainvoke([HumanMessage(QUESTION[0]["content"])])
     assert reply.content.strip()
     assert reply.response_metadata["specem"]["segments"]
+
+
+def test_the_speed_benchmark_measures_members_on_llamacpp():
+    from specem_chain.benchmark import speed
+
+    result = speed.measure([SMOLLM2, QWEN], [8], repeats=1, reference_repeats=1)
+    assert result["backend"] == "llamacpp"
+    (row,) = result["rows"]
+    assert row["answer_tokens"]["min"] >= 8
+    assert set(row["solo_seconds_per_token"]) == {SMOLLM2.label, QWEN.label}
+    assert all(v["min"] > 0 for v in row["solo_seconds_per_token"].values())
+    assert row["overhead_ratio"]["min"] > 0 and row["vs_reference_ratio"]["min"] > 0
+    assert "| 8 |" in speed.table(result)

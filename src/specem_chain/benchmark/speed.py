@@ -73,14 +73,18 @@ def ensemble_run(members: Sequence[Member], length: int, seed: int) -> dict[str,
 
 
 def reference_run(members: Sequence[Member], length: int, seed: int) -> dict[str, float]:
-    """The same answer with the reference design's sessions (no cache, full re-reads)."""
+    """The same answer with the reference design's sessions (no cache, full re-reads), on
+    transformers as the reference code runs, whatever backend ours uses."""
     config = EngineConfig(max_tokens=length, seed=seed)
-    seats = [Seat(m, ReferenceSession(load_backend(m), PROMPT)) for m in members]
+    on_transformers = [m.model_copy(update={"backend": "transformers"}) for m in members]
+    seats = [Seat(m, ReferenceSession(load_backend(m), PROMPT)) for m in on_transformers]
     return asyncio.run(_timed(run_rounds(seats, config)))
 
 
 def solo_seconds_per_token(member: Member, length: int, seed: int) -> float:
-    """A member's own decoding: ``generate`` for exactly ``length`` new tokens."""
+    """A member's own decoding of exactly ``length`` new tokens on its backend."""
+    if member.backend == "llamacpp":
+        return _llamacpp_solo(member, length, seed)
     backend = load_backend(member)
     ids, _ = backend.render(PROMPT)
     torch.manual_seed(seed)
@@ -96,6 +100,29 @@ def solo_seconds_per_token(member: Member, length: int, seed: int) -> float:
             pad_token_id=min(backend.end_of_turn),
         )
     return (time.perf_counter() - start) / length
+
+
+def _llamacpp_solo(member: Member, length: int, seed: int) -> float:
+    """llama.cpp decoding token by token, as llama.cpp's own generation loop does, with the
+    member's end-of-turn tokens masked out; like ``generate``, the clock includes reading
+    the prompt."""
+    from ..backends.llamacpp import LlamaCppBackend, TokenSampler
+
+    backend = load_backend(member)
+    assert isinstance(backend, LlamaCppBackend)
+    session = asyncio.run(backend.open(PROMPT))
+    sample = TokenSampler(backend.llm.n_vocab(), member.sampling, seed)
+    ids = list(session.ids)
+    with backend.lock:
+        backend.take(session)
+        start = time.perf_counter()
+        for _ in range(length):
+            logits = backend.logits(ids, len(ids) - 1)[0]
+            logits[list(backend.end_of_turn)] = -float("inf")
+            ids.append(sample(logits))
+        elapsed = time.perf_counter() - start
+    asyncio.run(session.aclose())
+    return elapsed / length
 
 
 def full_length_runs(
@@ -129,6 +156,7 @@ def measure(
     """Every figure, as one JSON-ready object."""
     for member in members:
         load_backend(member)
+        load_backend(member.model_copy(update={"backend": "transformers"}))
     rows = []
     for length in lengths:
         progress(f"length {length}: ensemble")
@@ -166,12 +194,12 @@ def measure(
         )
     first, last = rows[0], rows[-1]
     return {
-        "backend": "transformers",
+        "backend": members[0].backend,
         "members": [m.label for m in members],
         "window": EngineConfig().window,
         "repeats": repeats,
         "reference_repeats": reference_repeats,
-        "threads": torch.get_num_threads(),
+        "threads": torch.get_num_threads() if members[0].backend == "transformers" else None,
         "rows": rows,
         "overhead_ratio": {r["length"]: r["overhead_ratio"]["median"] for r in rows},
         "vs_reference_ratio": {r["length"]: r["vs_reference_ratio"]["median"] for r in rows},

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import socket
 
 import httpx
@@ -96,7 +97,7 @@ def test_without_include_usage_no_usage_chunk_is_sent(client):
         ({"messages": []}, "messages", "at least 1 item"),
         ({"messages": QUESTION, "max_tokens": 0}, "max_tokens", "greater than or equal to 1"),
         ({"messages": QUESTION, "temperature": -1}, "temperature", "greater than or equal"),
-        ({"messages": [{"role": "tool", "content": "x"}]}, "messages.0.role", "'system'"),
+        ({"messages": [{"role": "function", "content": "x"}]}, "messages.0.role", "'system'"),
         ({"messages": QUESTION, "n": 2}, "n", "1"),
     ],
 )
@@ -206,3 +207,50 @@ def test_the_default_ensemble_answers_through_the_server():
         )
         assert "4" in completion.choices[0].message.content
         assert completion.model == ("specem[smollm2-135m-instruct, qwen2.5-coder-0.5b-instruct]")
+
+
+def test_tool_call_arguments_that_are_not_json_are_a_400(client):
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{oops"}}
+    messages = [*QUESTION, {"role": "assistant", "content": None, "tool_calls": [call]}]
+    with pytest.raises(openai.BadRequestError, match="arguments of 'c1' are not a JSON object"):
+        client.chat.completions.create(model="specem", messages=messages)
+
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Get the weather at a location.",
+        "parameters": {
+            "type": "object",
+            "properties": {"location": {"type": "string"}},
+            "required": ["location"],
+        },
+    },
+}
+
+
+@pytest.mark.models
+def test_tools_through_the_server_call_then_answer_from_the_result():
+    with serve(SpecEMChatModel(max_tokens=48)) as base:
+        client = openai.OpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0)
+        question = [{"role": "user", "content": "What is the weather like in Lisbon?"}]
+        ask = {"model": "specem", "tools": [WEATHER], "seed": 0}
+        called = client.chat.completions.create(messages=question, tool_choice="required", **ask)
+        (call,) = called.choices[0].message.tool_calls
+        assert called.choices[0].finish_reason == "tool_calls"
+        assert call.function.name == "get_weather"
+        assert isinstance(json.loads(call.function.arguments)["location"], str)
+
+        chunks = list(
+            client.chat.completions.create(
+                messages=question, tool_choice="required", stream=True, **ask
+            )
+        )
+        streamed = [c for chunk in chunks for c in chunk.choices[0].delta.tool_calls or []]
+        assert [(c.index, c.function.arguments) for c in streamed] == [(0, call.function.arguments)]
+
+        result = {"role": "tool", "tool_call_id": call.id, "content": "Sunny, 24 degrees."}
+        history = [*question, called.choices[0].message.model_dump(exclude_none=True), result]
+        answer = client.chat.completions.create(messages=history, tool_choice="none", **ask)
+        assert answer.choices[0].message.content and not answer.choices[0].message.tool_calls

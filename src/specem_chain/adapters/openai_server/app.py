@@ -6,6 +6,7 @@ A thin shell over :class:`~specem_chain.SpecEMChatModel`: every request is one
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator
@@ -20,6 +21,7 @@ from langchain_core.messages import (
     BaseMessage,
     HumanMessage,
     SystemMessage,
+    ToolMessage,
 )
 from starlette.exceptions import HTTPException
 
@@ -34,10 +36,13 @@ from .schema import (
     Choice,
     ChunkChoice,
     Delta,
+    DeltaToolCall,
     ErrorBody,
     ErrorResponse,
+    FunctionCall,
     Model,
     ModelList,
+    ToolCall,
     Usage,
 )
 
@@ -87,13 +92,52 @@ def validation_error(error: RequestValidationError) -> APIError:
 
 def to_messages(messages: list[ChatMessage]) -> list[BaseMessage]:
     """OpenAI messages as LangChain messages (content parts pass through as blocks)."""
-    result = []
-    for message in messages:
+    result: list[BaseMessage] = []
+    for index, message in enumerate(messages):
         content: Any = message.content or ""
         if isinstance(content, list):
             content = [part.model_dump(exclude_none=True) for part in content]
-        result.append(MESSAGE_TYPES[message.role](content=content))
+        if message.role == "tool":
+            result.append(ToolMessage(content, tool_call_id=message.tool_call_id or ""))
+        elif message.tool_calls:
+            calls = [
+                {"name": c.function.name, "args": _arguments(c, index), "id": c.id}
+                for c in message.tool_calls
+            ]
+            result.append(AIMessage(content, tool_calls=calls))
+        else:
+            result.append(MESSAGE_TYPES[message.role](content=content))
     return result
+
+
+def _arguments(call: ToolCall, index: int) -> dict[str, Any]:
+    try:
+        arguments = json.loads(call.function.arguments or "{}")
+    except ValueError:
+        arguments = None
+    if not isinstance(arguments, dict):
+        raise APIError(
+            400,
+            f"messages.{index}.tool_calls: the arguments of {call.id!r} are not a JSON object",
+            "invalid_request_error",
+        )
+    return arguments
+
+
+def tool_calls_of(message: AIMessage | AIMessageChunk) -> list[DeltaToolCall]:
+    """The answer's valid tool calls in the OpenAI format, with their index in the answer
+    (a streamed chunk keeps the index of its tool-call chunk)."""
+    indexes = {c["id"]: c["index"] for c in getattr(message, "tool_call_chunks", [])}
+    return [
+        DeltaToolCall(
+            index=indexes.get(call["id"], n),
+            id=call["id"] or "",
+            function=FunctionCall(
+                name=call["name"], arguments=json.dumps(call["args"], ensure_ascii=False)
+            ),
+        )
+        for n, call in enumerate(message.tool_calls)
+    ]
 
 
 def call_settings(request: ChatCompletionRequest) -> dict[str, Any]:
@@ -105,6 +149,8 @@ def call_settings(request: ChatCompletionRequest) -> dict[str, Any]:
     }
     if request.stop:
         settings["stop"] = [request.stop] if isinstance(request.stop, str) else request.stop
+    for option in ("tools", "tool_choice", "response_format"):
+        settings[option] = getattr(request, option)
     return {name: value for name, value in settings.items() if value is not None}
 
 
@@ -162,7 +208,14 @@ def create_app(llm: SpecEMChatModel) -> FastAPI:
             model=llm.model_name,
             choices=[
                 Choice(
-                    message=AssistantMessage(content=message.text),
+                    message=AssistantMessage(
+                        content=message.text or (None if message.tool_calls else ""),
+                        tool_calls=[
+                            ToolCall.model_validate(c.model_dump(exclude={"index"}))
+                            for c in tool_calls_of(message)
+                        ]
+                        or None,
+                    ),
                     finish_reason=message.response_metadata["finish_reason"],
                 )
             ],
@@ -208,7 +261,7 @@ async def events(
 ) -> AsyncIterator[str]:
     identity = {"id": completion_id(), "created": int(time.time()), "model": model}
     total = first
-    delta = Delta(role="assistant", content=first.text)
+    delta = Delta(role="assistant", content=first.text, tool_calls=tool_calls_of(first) or None)
     try:
         yield sse(
             ChatCompletionChunk(
@@ -219,7 +272,8 @@ async def events(
         )
         async for chunk in rest:
             total += chunk
-            choice = ChunkChoice(delta=Delta(content=chunk.text))
+            calls = tool_calls_of(chunk) or None
+            choice = ChunkChoice(delta=Delta(content=chunk.text, tool_calls=calls))
             specem = chunk.response_metadata["specem"]
             yield sse(ChatCompletionChunk(**identity, choices=[choice], specem=specem))
     except Exception as error:  # the status line is sent: report the error in the stream

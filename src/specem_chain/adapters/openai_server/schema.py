@@ -22,10 +22,26 @@ class ContentPart(BaseModel):
         return self
 
 
+class FunctionCall(BaseModel):
+    name: str
+    arguments: str
+    """The arguments as a JSON text."""
+
+
+class ToolCall(BaseModel):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
 class ChatMessage(BaseModel):
-    role: Literal["system", "developer", "user", "assistant"]
+    role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[ContentPart] | None = None
     name: str | None = None
+    tool_calls: list[ToolCall] | None = None
+    """An assistant turn's tool calls."""
+    tool_call_id: str | None = None
+    """The call a tool turn answers."""
 
 
 class StreamOptions(BaseModel):
@@ -47,7 +63,9 @@ class ChatCompletionRequest(BaseModel):
     n: Literal[1] = 1
     stream: bool = False
     stream_options: StreamOptions | None = None
-    tools: list[Any] | None = Field(None, max_length=0, description="Not supported.")
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    response_format: dict[str, Any] | None = None
 
 
 class Usage(BaseModel):
@@ -58,13 +76,17 @@ class Usage(BaseModel):
 
 class AssistantMessage(BaseModel):
     role: Literal["assistant"] = "assistant"
-    content: str
+    content: str | None
+    tool_calls: list[ToolCall] | None = None
+
+
+FinishReason = Literal["stop", "length", "tool_calls"]
 
 
 class Choice(BaseModel):
     index: int = 0
     message: AssistantMessage
-    finish_reason: Literal["stop", "length"]
+    finish_reason: FinishReason
     logprobs: None = None
 
 
@@ -79,15 +101,20 @@ class ChatCompletion(BaseModel):
     """Provenance (extension field): segments with candidates and scores, wins, weights."""
 
 
+class DeltaToolCall(ToolCall):
+    index: int
+
+
 class Delta(BaseModel):
     role: Literal["assistant"] | None = None
     content: str | None = None
+    tool_calls: list[DeltaToolCall] | None = None
 
 
 class ChunkChoice(BaseModel):
     index: int = 0
     delta: Delta
-    finish_reason: Literal["stop", "length"] | None = None
+    finish_reason: FinishReason | None = None
     logprobs: None = None
 
 

@@ -17,6 +17,11 @@ class EnsembleError(SpecEMError):
     """The ensemble cannot go on with this request."""
 
 
+class AnswerFormatError(EnsembleError):
+    """No member could continue the answer in its required format (a forced tool call or a
+    JSON object), even after redrafting."""
+
+
 class MemberUnavailable(EnsembleError):
     """A remote member kept failing (connection errors, 5xx, timeouts) after its retries.
 

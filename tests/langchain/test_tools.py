@@ -17,7 +17,7 @@ from specem_chain.backends.transformers import TransformersBackend
 from specem_chain.chat_model import ToolCallChunks, to_conversation
 from specem_chain.engine import AnswerFormat, EngineConfig
 from specem_chain.ensemble import Answer, answer_rounds
-from specem_chain.errors import EnsembleError
+from specem_chain.errors import AnswerFormatError
 
 
 @tool
@@ -140,7 +140,7 @@ async def test_rejected_candidates_are_redrafted_then_the_request_fails(pair):
     def reject_all(answer: str, segment: Segment) -> None:
         seen.add(answer)
 
-    with pytest.raises(EnsembleError, match="every candidate broke the answer's required format"):
+    with pytest.raises(AnswerFormatError, match="every candidate broke the answer's required"):
         await answer(pair, AnswerFormat(prefix="{", constraint=reject_all))
     assert seen == {"{"}  # no round was accepted
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Literal, TypeVar
 
 from ..backends.base import Draft, MemberSession, Segment
-from ..errors import EnsembleError, MemberUnavailable
+from ..errors import AnswerFormatError, EnsembleError, MemberUnavailable
 from ..members import Member
 from . import policy
 from .boundary import clean_boundary
@@ -214,7 +214,7 @@ async def run_rounds(
                 break
         else:
             if rejected:
-                raise EnsembleError(
+                raise AnswerFormatError(
                     f"round {round_index}: every candidate broke the answer's required format "
                     f"{REDRAFTS} times (last drafts: {'; '.join(rejected)}); the answer so "
                     f"far: {answer!r}"

@@ -26,7 +26,7 @@ from langchain_core.messages import (
 from starlette.exceptions import HTTPException
 
 from ...chat_model import SpecEMChatModel
-from ...errors import PromptTooLongError, SpecEMError
+from ...errors import AnswerFormatError, PromptTooLongError, SpecEMError
 from .schema import (
     AssistantMessage,
     ChatCompletion,
@@ -72,6 +72,8 @@ def api_error(error: Exception) -> APIError:
         return error
     if isinstance(error, PromptTooLongError):
         return APIError(400, str(error), "invalid_request_error", "context_length_exceeded")
+    if isinstance(error, AnswerFormatError):
+        return APIError(500, str(error), "server_error", "answer_format")
     if isinstance(error, SpecEMError):  # a member cannot be loaded or reached
         return APIError(503, str(error), "service_unavailable", "member_unavailable")
     if isinstance(error, TimeoutError):

@@ -139,3 +139,24 @@ def test_the_speed_benchmark_measures_members_on_llamacpp():
     assert all(v["min"] > 0 for v in row["solo_seconds_per_token"].values())
     assert row["overhead_ratio"]["min"] > 0 and row["vs_reference_ratio"]["min"] > 0
     assert "| 8 |" in speed.table(result)
+
+
+def test_eval_runs_its_members_on_llamacpp(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from specem_chain.cli import app
+
+    data = tmp_path / "gsm8k.jsonl"
+    data.write_text(json.dumps({"question": "What is 2 + 3?", "answer": "#### 5"}) + "\n")
+    out = tmp_path / "out"
+    args = ["eval", "--task", "gsm8k", "--data", str(data), "--backend", "llamacpp"]
+    args += ["--systems", "member:smollm2-135m-instruct,specem", "--max-tokens", "8"]
+    result = CliRunner().invoke(app, [*args, "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert json.loads((out / "run.json").read_text())["backend"] == "llamacpp"
+    assert set(json.loads((out / "summary.json").read_text())) == {
+        "member:smollm2-135m-instruct",
+        "specem",
+    }

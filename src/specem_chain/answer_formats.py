@@ -12,7 +12,7 @@ from typing import Any
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from .backends.chat import Message, Tool
-from .engine.constraints import AnswerFormat, JsonObjectAnswer, ToolCallAnswer
+from .engine.constraints import AnswerFormat, JsonObjectAnswer, ToolCallAnswer, schema_types
 from .tool_calls import TOOL_CALL_OPEN
 
 FREE_TEXT_CHOICES = (None, False, "auto", "none")
@@ -96,19 +96,11 @@ def json_instruction(schema: dict[str, Any] | None) -> str:
     required = set(schema.get("required", ()))
     lines = ["Answer with a JSON object only, with these keys, in this order:"]
     for name, spec in properties.items():
-        kinds = "/".join(sorted(_types(spec))) or "any JSON value"
+        kinds = "/".join(sorted(schema_types(spec) or ())) or "any JSON value"
         need = "required" if name in required else "optional"
         about = f": {spec['description']}" if spec.get("description") else ""
         lines.append(f'- "{name}" ({kinds}, {need}){about}')
     return "\n".join(lines)
-
-
-def _types(spec: dict[str, Any]) -> set[str]:
-    """The JSON types a property's schema names."""
-    kind = spec.get("type")
-    if isinstance(kind, str):
-        return {kind}
-    return {t for option in spec.get("anyOf", ()) for t in _types(option)}
 
 
 def with_instruction(messages: Sequence[Message], instruction: str) -> list[Message]:

@@ -218,7 +218,7 @@ _JSON_TYPES: dict[str, tuple[type, ...]] = {
 }
 
 
-def _schema_types(schema: dict[str, Any]) -> set[str] | None:
+def schema_types(schema: dict[str, Any]) -> set[str] | None:
     """The JSON types a schema allows; None when it does not say (``$ref``, ``enum``...)."""
     if isinstance(kind := schema.get("type"), str):
         return {kind}
@@ -229,7 +229,7 @@ def _schema_types(schema: dict[str, Any]) -> set[str] | None:
         return None
     types: set[str] = set()
     for option in options:
-        if (option_types := _schema_types(option)) is None:
+        if (option_types := schema_types(option)) is None:
             return None
         types |= option_types
     return types
@@ -242,7 +242,7 @@ def fits_schema(value: Any, schema: dict[str, Any], *, complete: bool) -> bool:
     ``additionalProperties`` is true) and, once the object is ``complete``, missing required
     keys. Parts of a schema it cannot judge (``$ref``, ``enum``, formats) pass.
     """
-    types = _schema_types(schema)
+    types = schema_types(schema)
     if types is not None and not any(
         isinstance(value, _JSON_TYPES.get(t, ()))
         and not (isinstance(value, bool) and t in ("integer", "number"))
@@ -342,11 +342,12 @@ class ToolCallAnswer:
                 return segment if cut is not None and pos == len(full) else _open(segment)
             pos += len(TOOL_CALL_OPEN)
             scan = _scan_object(full[pos:])
-            if not scan.valid or not self._name_fits(full[pos:]):
+            name = _NAME_START.match(full, pos)
+            if not scan.valid or not self._name_fits(name):
                 return None
             if TOOL_CALL_CLOSE in full[pos : pos + (scan.end or len(full))]:
                 return None  # the closing tag in a string would end the block for a reader
-            if not json_fits(full[pos:], scan, self._call_schema(full[pos:])):
+            if not json_fits(full[pos:], scan, self._call_schema(name)):
                 return None
             if scan.end is None:
                 return _open(segment)
@@ -358,19 +359,19 @@ class ToolCallAnswer:
                 return segment if TOOL_CALL_CLOSE.startswith(full[pos:]) else None
             pos = cut = pos + len(TOOL_CALL_CLOSE)
 
-    def _name_fits(self, text: str) -> bool:
-        """The call's name, as far as ``text`` has written it, can still be one of the names."""
-        if not (match := _NAME_START.match(text)):
+    def _name_fits(self, match: re.Match[str] | None) -> bool:
+        """The call's name, as far as it is written (``_NAME_START``'s match on the call),
+        can still be one of the names."""
+        if match is None:
             return True
         name, closed = match.groups()
         if closed:
             return name in self.names
         return any(full_name.startswith(name) for full_name in self.names)
 
-    def _call_schema(self, text: str) -> dict[str, Any]:
-        """The schema of a call (``text``), with its tool's arguments once its name (the
-        first key, as the answer's prefix writes it) is complete."""
-        match = _NAME_START.match(text)
+    def _call_schema(self, match: re.Match[str] | None) -> dict[str, Any]:
+        """The schema of a call, with its tool's arguments once its name (the first key, as
+        the answer's prefix writes it; ``_NAME_START``'s match) is complete."""
         tool = match.group(1) if match and match.group(2) else None
         return {
             "type": "object",

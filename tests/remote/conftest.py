@@ -1,17 +1,17 @@
 """Real servers on 127.0.0.1 for the remote-member tests, started and stopped here.
 
 - ``specem serve-tgi`` (TGI's protocol over a transformers model) serving SmolLM2-135M;
-- llama-cpp-python's own OpenAI-compatible server serving the SmolLM2 GGUF.
+- llama-cpp-python's own OpenAI-compatible server serving the SmolLM2 and Qwen2.5-Coder
+  GGUFs.
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from remote_servers import free_port, running, tgi_server
+from remote_servers import llama_server, tgi_server
 
 from specem_chain import defaults
 
@@ -24,26 +24,16 @@ def tgi_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def llama_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The API root (``.../v1``) of llama-cpp-python's server."""
-    port = free_port()
-    command = [
-        sys.executable,
-        "-m",
-        "llama_cpp.server",
-        "--model",
-        str(defaults.gguf_path("smollm2", progress=False)),
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--n_ctx",
-        "2048",
-        "--logits_all",
-        "true",
-    ]
-    url = f"http://127.0.0.1:{port}/v1"
-    log = tmp_path_factory.mktemp("llama") / "server.log"
-    with running(command, f"{url}/models", log):
+    """The API root (``.../v1``) of llama-cpp-python's server, serving SmolLM2."""
+    with llama_server(tmp_path_factory.mktemp("llama"), "smollm2") as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def qwen_llama_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """llama-cpp-python's server serving Qwen2.5-Coder, whose chat prompts do not start
+    with its BOS token."""
+    with llama_server(tmp_path_factory.mktemp("llama-qwen"), "qwen2.5-coder") as url:
         yield url
 
 

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import httpx
 
+from specem_chain import defaults
+
 SPECEM = Path(sys.executable).parent / "specem"
 STARTUP_S = 240
 
@@ -57,3 +59,28 @@ def tgi_server(tmp: Path, *flags: str) -> Iterator[tuple[str, subprocess.Popen]]
     command = [str(SPECEM), "serve-tgi", "smollm2", "--port", str(port), *flags]
     with running(command, f"{url}/health", tmp / f"tgi-{port}.log") as process:
         yield url, process
+
+
+@contextmanager
+def llama_server(tmp: Path, model: str) -> Iterator[str]:
+    """llama-cpp-python's own OpenAI-compatible server on a built-in model's GGUF; yields
+    its API root (``.../v1``)."""
+    port = free_port()
+    command = [
+        sys.executable,
+        "-m",
+        "llama_cpp.server",
+        "--model",
+        str(defaults.gguf_path(model, progress=False)),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--n_ctx",
+        "2048",
+        "--logits_all",
+        "true",
+    ]
+    url = f"http://127.0.0.1:{port}/v1"
+    with running(command, f"{url}/models", tmp / f"llama-{port}.log"):
+        yield url

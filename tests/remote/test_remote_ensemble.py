@@ -8,7 +8,10 @@ from pathlib import Path
 import pytest
 from remote_servers import free_port, tgi_server
 
-from specem_chain import Member, Sampling, SpecEMChatModel
+from specem_chain import Member, Sampling, SpecEMChatModel, defaults
+from specem_chain.backends.base import Segment
+from specem_chain.backends.llamacpp import LlamaCppBackend, LlamaCppSession
+from specem_chain.backends.openai_completions import OpenAICompletionsBackend
 from specem_chain.errors import EnsembleError, MemberServerError, MemberUnavailable
 
 QUESTION = "Write two sentences about the sea."
@@ -56,6 +59,48 @@ async def test_a_local_and_a_remote_copy_of_one_model_score_alike(tgi_url):
     for segment in compared:
         local, remote = segment["scores"]
         assert local == pytest.approx(remote, abs=2e-3)
+
+
+SEA = [{"role": "user", "content": QUESTION}]
+CANDIDATES = [
+    Segment(" The sea is deep and blue."),
+    Segment("Waves roll in.", finished=True),
+    Segment("Hello"),
+]
+
+
+@pytest.mark.parametrize(
+    ("server", "model", "lead"),
+    [("llama_url", "smollm2", ""), ("qwen_llama_url", "qwen2.5-coder", "<|endoftext|>")],
+)
+async def test_a_llamacpp_server_member_scores_as_its_gguf_does_in_process(
+    request, server, model, lead
+):
+    """llama-cpp-python echoes each prompt token with the log-prob of the token after it
+    unless the prompt starts with the model's BOS token. SmolLM2's chat prompts do (its BOS
+    is <|im_start|>); Qwen2.5's do not, so that member leads its prompts with <|endoftext|>.
+    Either way the server's scores are those of the same GGUF and prompt in process."""
+    url = request.getfixturevalue(server)
+    folder = defaults.model_folder(model, progress=False)
+    remote = OpenAICompletionsBackend(Member.openai_completions(url, tokenizer=str(folder)))
+    session = await remote.open(SEA)
+    assert remote.lead == lead
+    local = LlamaCppBackend.load(Member(source=model))
+    ids, _ = local.render(SEA)
+    in_process = LlamaCppSession(local, local.tokenize(lead) + ids, ())
+    assert session.prompt_tokens == in_process.prompt_tokens
+    expected = await in_process.score(CANDIDATES, "mean_logprob")
+    assert await session.score(CANDIDATES, "mean_logprob") == pytest.approx(expected, abs=0.05)
+
+
+async def test_a_server_with_shifted_echo_logprobs_and_no_bos_to_lead_gets_a_clear_error(
+    qwen_llama_url,
+):
+    template = defaults.model_folder("qwen2.5-coder", progress=False) / "chat_template.jinja"
+    member = Member.openai_completions(qwen_llama_url, chat_template=template.read_text())
+    llm = SpecEMChatModel(members=[member, "smollm2"], max_tokens=8)
+    with pytest.raises(MemberServerError, match="do not belong to their tokens"):
+        await llm.ainvoke("Hi")
 
 
 async def test_a_member_killed_mid_answer_is_dropped_and_the_answer_completes(tgi_url, tmp_path):

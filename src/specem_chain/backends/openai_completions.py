@@ -6,9 +6,13 @@ segments), which every such server accepts.
 - Drafting is a completion of the context with ``max_tokens=window``; ``finish_reason``
   ``"stop"`` means the member ended its turn.
 - Scoring is a completion of context + candidate with ``echo``, ``logprobs`` and one new
-  token: the echoed prompt tokens come with their log-probs and character offsets, and the
-  tokens that end after the context are the candidate's.
-- Token counts come from the server's ``usage.prompt_tokens``.
+  token. The echoed prompt tokens come with their log-probs; the candidate's are the last
+  ones before the new token, as many as the candidate adds to the context's token count
+  (``usage.prompt_tokens``), so a token that merges across the junction is the context's.
+- llama-cpp-python returns each echoed token with the log-prob of the token *after* it
+  unless the prompt starts with the model's BOS token. A check at the first request finds
+  this (a counting text then scores near -12 instead of near 0) and starts every prompt
+  with the BOS token of the member's tokenizer.
 """
 
 from __future__ import annotations
@@ -31,6 +35,14 @@ NO_ECHO_LOGPROBS = (
     "with logprobs"
 )
 
+ALIGNMENT_PROBE: list[Message] = [{"role": "user", "content": "Count from 1 to 20."}]
+COUNTING = ", ".join(str(n) for n in range(1, 21))
+"""An answer every language model finds near certain once it is under way."""
+
+ALIGNED = -4.0
+"""Mean log-prob of the counting's second half above which the server's echoed log-probs
+belong to their own tokens (measured: about -0.05 when they do, -12 when shifted by one)."""
+
 
 class OpenAICompletionsBackend:
     """One completions server: its connection pool, served model and chat template."""
@@ -40,11 +52,14 @@ class OpenAICompletionsBackend:
         self.client = RemoteClient(member, member.source)
         self.template: ChatTemplate = member_template(member)
         self.model = member.model or ""
+        self.lead = ""
+        """Text every prompt starts with: the BOS token where the server needs it there."""
         self._checked = False
 
     async def ready(self) -> None:
-        """Check once that the server serves the model and echoes prompt log-probs.
-        Requests that start together may both check; that is harmless."""
+        """Check once that the server serves the model and echoes prompt log-probs that
+        belong to their tokens. Requests that start together may both check; that is
+        harmless."""
         if not self._checked:
             await self._check()
             self._checked = True
@@ -69,25 +84,50 @@ class OpenAICompletionsBackend:
             raise MemberServerError(
                 f"member {label!r}: {url} does not serve {self.model!r}; it serves {served}"
             )
-        tokens = await self.echo("Hello world, hello")
-        if not tokens or any(logprob is None for _, logprob in tokens[1:]):
-            raise MemberServerError(f"member {label!r}: {NO_ECHO_LOGPROBS}")
+        if not await self._aligned():
+            if self.template.bos and await self._aligned(lead=self.template.bos):
+                self.lead = self.template.bos
+            else:
+                raise MemberServerError(
+                    f"member {label!r}: the server's echoed log-probs do not belong to their "
+                    "tokens (llama-cpp-python shifts them by one token unless the prompt "
+                    "starts with the model's BOS token); give the member tokenizer= (its "
+                    "model folder or .gguf) so that prompts can start with it"
+                )
 
-    async def complete(self, prompt: str, **parameters: Any) -> dict[str, Any]:
-        body = {"model": self.model, "prompt": prompt, **parameters}
+    async def _aligned(self, lead: str = "") -> bool:
+        """Whether the echoed log-probs of a counting answer are those of its own tokens."""
+        prompt = self.template.render(ALIGNMENT_PROBE) + COUNTING
+        logprobs, _ = await self.echo(lead + prompt)
+        if len(logprobs) < 4 or any(v is None for v in logprobs[1:]):
+            raise MemberServerError(f"member {self.member.label!r}: {NO_ECHO_LOGPROBS}")
+        tail = [v for v in logprobs[len(logprobs) // 2 :] if v is not None]
+        return math.fsum(tail) / len(tail) > ALIGNED
+
+    def prompt(self, context: str) -> str:
+        """The text sent for a context: led by :attr:`lead` where it is not already."""
+        return context if context.startswith(self.lead) else self.lead + context
+
+    async def complete(self, context: str, **parameters: Any) -> dict[str, Any]:
+        body = {"model": self.model, "prompt": self.prompt(context), **parameters}
         response = await self.client.post("/completions", body)
         return response
 
-    async def echo(self, prompt: str) -> list[tuple[int, float | None]]:
-        """The prompt's tokens as (character offset, log-prob) pairs."""
-        response = await self.complete(prompt, max_tokens=1, echo=True, logprobs=1, temperature=0)
-        logprobs = response["choices"][0].get("logprobs") or {}
-        offsets = logprobs.get("text_offset") or []
-        values = logprobs.get("token_logprobs") or []
-        return [(o, v) for o, v in zip(offsets, values) if o < len(prompt)]
+    async def echo(self, context: str) -> tuple[list[float | None], int]:
+        """Log-probs of the prompt's tokens as the server echoes them, and its token count.
 
-    async def count_tokens(self, prompt: str) -> int:
-        response = await self.complete(prompt, max_tokens=1, temperature=0)
+        The server may leave tokens out of the list (llama-cpp-python drops BOS tokens), but
+        never at the end: the last entries are the prompt's last tokens.
+        """
+        response = await self.complete(context, max_tokens=1, echo=True, logprobs=1, temperature=0)
+        logprobs = response["choices"][0].get("logprobs") or {}
+        values = list(logprobs.get("token_logprobs") or [])
+        usage = response.get("usage") or {}
+        generated = int(usage.get("completion_tokens", 0))
+        return values[: len(values) - generated], int(usage.get("prompt_tokens", 0))
+
+    async def count_tokens(self, context: str) -> int:
+        response = await self.complete(context, max_tokens=1, temperature=0)
         return int(response["usage"]["prompt_tokens"])
 
     async def open(
@@ -137,16 +177,15 @@ class OpenAICompletionsSession:
 
     async def _score(self, candidate: Segment) -> float:
         ending = self.backend.template.end_of_turn if candidate.finished else ""
-        tokens = await self.backend.echo(self.context + candidate.text + ending)
-        ends = [o for o, _ in tokens[1:]] + [math.inf]
-        # A token belongs to the candidate when it ends after the context; a token that
-        # merges across the junction is the candidate's.
-        logprobs = [v for (_, v), end in zip(tokens, ends) if end > len(self.context)]
-        if not logprobs:
+        text = candidate.text + ending
+        if not text:
             raise ValueError("cannot score an empty candidate that does not end the turn")
-        if any(v is None for v in logprobs):
+        logprobs, tokens = await self.backend.echo(self.context + text)
+        added = max(tokens - self.tokens, 1)
+        mine = [v for v in logprobs[-added:] if v is not None]
+        if len(mine) < added:
             raise MemberServerError(f"member {self.backend.member.label!r}: {NO_ECHO_LOGPROBS}")
-        return math.fsum(logprobs) / len(logprobs)
+        return math.fsum(mine) / added
 
     async def accept(self, segment: Segment) -> int:
         before = self.tokens

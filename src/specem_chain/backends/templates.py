@@ -8,7 +8,7 @@ explicit Jinja template (rendered here, no torch needed), or the plain transcrip
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +40,9 @@ class ChatTemplate:
     stop: tuple[str, ...]
     """Stop sequences of a draft."""
     bos_text: str = ""
-    """Left off the front of the prompt: the server adds its BOS token itself."""
+    """Left off the front of the prompt: the server's tokenizer adds this BOS token itself."""
+    bos: str = ""
+    """The model's BOS token, added by its tokenizer or not ("" when unknown)."""
     native_tools: bool = False
     """The template writes the tools it is given."""
 
@@ -67,10 +69,10 @@ def member_template(member: Member) -> ChatTemplate:
     return PLAIN
 
 
-def _with_end(render: Render, bos_text: str = "") -> ChatTemplate:
+def _with_end(render: Render, bos_text: str = "", bos: str = "") -> ChatTemplate:
     end = end_of_turn_text(render(PROBE_CONVERSATION, False, None))
     native = renders_tools(lambda turns, tools: render(turns, True, tools))
-    return ChatTemplate(render, end, (end,) if end else (), bos_text, native)
+    return ChatTemplate(render, end, (end,) if end else (), bos_text, bos, native)
 
 
 def jinja_template(template: str) -> ChatTemplate:
@@ -115,8 +117,9 @@ def tokenizer_template(source: str) -> ChatTemplate:
         tokenizer = AutoTokenizer.from_pretrained(str(path), **kwargs)
     except OSError as error:
         raise MemberSpecError(f"cannot load the tokenizer {source!r}: {error}") from error
+    bos = tokenizer.bos_token or ""
     if not tokenizer.chat_template:
-        return PLAIN
+        return replace(PLAIN, bos=bos)
 
     def render(
         messages: Sequence[Message], generation_prompt: bool, tools: Sequence[Tool] | None
@@ -128,4 +131,5 @@ def tokenizer_template(source: str) -> ChatTemplate:
             tokenize=False,
         )
 
-    return _with_end(render, tokenizer.bos_token or "")
+    adds_bos = bool(bos) and tokenizer("x")["input_ids"][:1] == [tokenizer.bos_token_id]
+    return _with_end(render, bos if adds_bos else "", bos)

@@ -21,15 +21,11 @@ import os
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 
 import llama_cpp
 import numpy as np
 import numpy.typing as npt
-from jinja2 import Template
-from jinja2.ext import loopcontrols
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 from llama_cpp._internals import LlamaSampler, LlamaTokenDataArray
 
 from .. import defaults
@@ -47,6 +43,7 @@ from .chat import (
     renders_tools,
     tools_as_text,
 )
+from .templates import compile_template
 
 CONTEXT = 8192
 """Tokens the KV cache of one loaded model holds (fewer if the model was trained on fewer)."""
@@ -67,20 +64,6 @@ def gguf_file(member: Member) -> Path:
         f"member {member.source!r} runs on llama.cpp, which needs a built-in model name "
         "or a .gguf file"
     )
-
-
-def compile_template(source: str) -> Template:
-    """A chat template from GGUF metadata, compiled as transformers compiles one."""
-
-    def raise_exception(message: str) -> None:
-        raise ValueError(message)
-
-    env = ImmutableSandboxedEnvironment(
-        trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols]
-    )
-    env.globals["raise_exception"] = raise_exception
-    env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
-    return env.from_string(source)
 
 
 class LlamaCppBackend:

@@ -9,8 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from datetime import datetime
 from pathlib import Path
 from typing import Any
+
+from jinja2 import Template
+from jinja2.ext import loopcontrols
+from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from ..errors import EnsembleError, MemberSpecError
 from ..members import Member
@@ -75,16 +80,24 @@ def _with_end(render: Render, bos_text: str = "", bos: str = "") -> ChatTemplate
     return ChatTemplate(render, end, (end,) if end else (), bos_text, bos, native)
 
 
-def jinja_template(template: str) -> ChatTemplate:
-    """An explicit Jinja chat template, rendered as transformers renders one."""
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
+def compile_template(source: str) -> Template:
+    """A Jinja chat template, compiled as transformers compiles one (sandboxed, with its
+    ``raise_exception`` and ``strftime_now`` helpers and the loop controls)."""
 
     def raise_exception(message: str) -> None:
         raise ValueError(message)
 
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    env = ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols]
+    )
     env.globals["raise_exception"] = raise_exception
-    compiled = env.from_string(template)
+    env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
+    return env.from_string(source)
+
+
+def jinja_template(template: str) -> ChatTemplate:
+    """An explicit Jinja chat template, rendered as transformers renders one."""
+    compiled = compile_template(template)
 
     def render(
         messages: Sequence[Message], generation_prompt: bool, tools: Sequence[Tool] | None

@@ -4,7 +4,9 @@ A :class:`LlamaCppBackend` holds what is heavy and shared: one loaded ``Llama`` 
 file, with its single KV cache, and the tokens that cache holds. A :class:`LlamaCppSession`
 holds one request's token ids. Every call takes the backend's lock and brings the cache to
 what it needs by reading only the tokens after the longest common prefix of the cache and
-the session's context, so a request never re-reads its context.
+the session's context, so a request never re-reads its context. A member scores its own
+candidate from the logits it drew the draft from, so verification reads only the other
+members' candidates.
 
 llama.cpp's numbers for a token depend slightly on how tokens were batched when read, so a
 request must see only the cache its own calls built: a new request starts from an empty
@@ -309,6 +311,10 @@ class LlamaCppSession:
         self.stop_texts = stop_texts
         self.prompt_tokens = len(prompt)
         self.saved: SavedState | None = None
+        self.drafted: tuple[list[int], Logits] | None = None
+        """This round's draft: its tokens and the logits each was sampled from (one row
+        more when it ended the turn). A candidate that starts as the draft does is scored
+        from these rows instead of being read again."""
 
     async def draft(self, window: int, sampling: Sampling, seed: int) -> Draft:
         return await asyncio.to_thread(self._draft, window, sampling, seed)
@@ -320,6 +326,7 @@ class LlamaCppSession:
         """Append the segment to the context; the next call reads it into the cache."""
         ids = self.backend.encode(segment)
         self.ids.extend(ids)
+        self.drafted = None
         return len(ids)
 
     async def aclose(self) -> None:
@@ -329,6 +336,7 @@ class LlamaCppSession:
         backend = self.backend
         sample = TokenSampler(backend.llm.n_vocab(), sampling, seed)
         tokens: list[int] = []
+        rows: list[Logits] = []
         finished = False
         # Past the window, draft only to complete a character whose bytes it cut apart.
         limit = min(window + MAX_CHARACTER_TOKENS, backend.max_context - len(self.ids))
@@ -336,6 +344,7 @@ class LlamaCppSession:
             backend.take(self)
             logits = backend.logits(self.ids, len(self.ids) - 1)[0]
             while len(tokens) < limit:
+                rows.append(logits)
                 token = sample(logits)
                 if token in backend.end_of_turn:
                     finished = True
@@ -347,6 +356,7 @@ class LlamaCppSession:
                     break
                 context = self.ids + tokens
                 logits = backend.logits(context, len(context) - 1)[0]
+        self.drafted = (tokens, np.stack(rows)) if rows else None
         return finish_draft(self._decode(tokens), len(tokens), finished, self.stop_texts)
 
     def _decode(self, tokens: list[int]) -> str:
@@ -363,11 +373,23 @@ class LlamaCppSession:
         with self.backend.lock:
             self.backend.take(self)
             for seq in sequences:
-                # The logits from the context's last token on predict the candidate's tokens;
-                # its last token predicts nothing and is not read.
-                logits = self.backend.logits(self.ids + seq[:-1], len(self.ids) - 1)
+                logits = self._drafted_logits(seq)
+                if logits is None:
+                    # The logits from the context's last token on predict the candidate's
+                    # tokens; its last token predicts nothing and is not read.
+                    logits = self.backend.logits(self.ids + seq[:-1], len(self.ids) - 1)
                 scores.append(mean_score(logits, seq, scoring))
         return scores
+
+    def _drafted_logits(self, seq: list[int]) -> Logits | None:
+        """The draft's logits that predict ``seq``, if all but its last token are the
+        draft's first tokens (as for this member's own candidate, whole or cut)."""
+        if self.drafted is None:
+            return None
+        tokens, rows = self.drafted
+        if len(seq) > len(rows) or seq[:-1] != tokens[: len(seq) - 1]:
+            return None
+        return rows[: len(seq)]
 
 
 def mean_score(logits: Logits, targets: Sequence[int], scoring: Scoring) -> float:

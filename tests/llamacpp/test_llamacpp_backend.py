@@ -50,22 +50,31 @@ async def test_scores_match_transformers_on_the_same_weights():
     assert sorted(range(6), key=ours.__getitem__) == sorted(range(6), key=theirs.__getitem__)
 
 
-async def test_a_request_reads_each_token_once(monkeypatch):
+@pytest.fixture
+def reads(monkeypatch) -> list[int]:
+    """How many tokens each of the SmolLM2 llama.cpp backend's reads took."""
     backend = load_backend(SMOLLM2)
     assert isinstance(backend, LlamaCppBackend)
-    reads: list[int] = []
+    counts: list[int] = []
     read = backend._read
 
     def counted(tokens, *, outputs):
-        reads.append(len(tokens))
+        counts.append(len(tokens))
         return read(tokens, outputs=outputs)
 
     monkeypatch.setattr(backend, "_read", counted)
+    return counts
+
+
+async def test_a_request_reads_each_token_once(reads):
+    backend = load_backend(SMOLLM2)
     session = await backend.open(QUESTION)
     draft = await session.draft(6, Sampling(), 0)
     assert sum(reads) == len(session.ids) + draft.tokens - 1  # the last one predicts nothing
     reads.clear()
     candidates = [Segment(" 48 clips"), Segment(" 72")]
+    assert session.drafted is not None  # not the draft's start, so each must be read
+    assert all(backend.encode(c)[:1] != session.drafted[0][:1] for c in candidates)
     await session.score(candidates, "mean_logprob")
     # per candidate: the context's last token (for its logits), then the candidate's tokens
     # but the last
@@ -77,9 +86,8 @@ async def test_a_request_reads_each_token_once(monkeypatch):
     await session.aclose()
 
 
-async def test_the_own_draft_is_scored_from_the_logits_it_was_drawn_from(monkeypatch):
+async def test_the_own_draft_is_scored_from_the_logits_it_was_drawn_from(reads):
     backend = load_backend(SMOLLM2)
-    assert isinstance(backend, LlamaCppBackend)
     session = await backend.open(QUESTION)
     draft = await session.draft(8, Sampling(), 0)
     assert session.drafted is not None
@@ -88,14 +96,7 @@ async def test_the_own_draft_is_scored_from_the_logits_it_was_drawn_from(monkeyp
     cut = Segment(session._decode(tokens[:2]), finished=True)  # cut short, then ended
     assert backend.encode(cut) == [*tokens[:2], backend.turn_end]
     other = Segment(" Something else entirely")
-    reads: list[int] = []
-    read = backend._read
-
-    def counted(tokens, *, outputs):
-        reads.append(len(tokens))
-        return read(tokens, outputs=outputs)
-
-    monkeypatch.setattr(backend, "_read", counted)
+    reads.clear()
     scores = await session.score([own, cut, other], "mean_logprob")
     assert sum(reads) == len(backend.encode(other))  # only the other candidate is read
 

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
+import subprocess
+import sys
 
 import pytest
 from langchain_core.messages import HumanMessage
@@ -194,3 +197,17 @@ def test_eval_runs_its_members_on_llamacpp(tmp_path):
         "member:smollm2-135m-instruct",
         "specem",
     }
+
+
+def test_llamacpp_uses_the_cores_this_process_may_run_on():
+    """Pinned to one core (two evaluations side by side, a container's CPU set), a process
+    runs llama.cpp on one thread, not on every core of the machine."""
+    script = "from specem_chain.backends import llamacpp; print(llamacpp.THREADS)"
+    pinned = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        check=True,
+        preexec_fn=lambda: os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}),
+    )
+    assert pinned.stdout.strip() == "1"

@@ -50,7 +50,9 @@ from .templates import compile_template
 CONTEXT = 8192
 """Tokens the KV cache of one loaded model holds (fewer if the model was trained on fewer)."""
 
-THREADS = os.cpu_count() or 1
+THREADS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+"""llama.cpp threads per model: the cores this process may run on (``taskset`` or a
+container's CPU set), not all the machine's."""
 
 Logits = npt.NDArray[np.float32]
 

@@ -4,12 +4,14 @@ event loop, per-member timeouts, and retries with backoff for transient failures
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import httpx
 
 from ..errors import MemberServerError, MemberUnavailable
 from ..members import Member
+from .base import Scoring, Segment
 
 MAX_CONNECTIONS = 16
 """Connections one backend keeps open to its server, per event loop."""
@@ -109,3 +111,19 @@ def _quote(response: httpx.Response) -> str:
     except ValueError:
         text = response.text
     return str(text)[:300]
+
+
+async def score_each(
+    member: Member,
+    candidates: Sequence[Segment],
+    scoring: Scoring,
+    score: Callable[[Segment], Awaitable[float]],
+) -> list[float]:
+    """Score the candidates with one request each, all at once. Servers return log-probs,
+    never logits, so ``mean_logit`` scoring is refused."""
+    if scoring != "mean_logprob":
+        raise MemberServerError(
+            f"member {member.label!r} is remote; servers return log-probs, "
+            "not logits: use scoring='mean_logprob'"
+        )
+    return list(await asyncio.gather(*(score(c) for c in candidates)))

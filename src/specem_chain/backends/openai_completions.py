@@ -17,7 +17,6 @@ segments), which every such server accepts.
 
 from __future__ import annotations
 
-import asyncio
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -26,7 +25,7 @@ from ..errors import MemberServerError
 from ..members import Member, Sampling
 from .base import Draft, Scoring, Segment
 from .chat import Message, Tool
-from .http import RemoteClient
+from .http import RemoteClient, score_each
 from .templates import ChatTemplate, member_template
 
 NO_ECHO_LOGPROBS = (
@@ -168,12 +167,7 @@ class OpenAICompletionsSession:
         return Draft(text=text, tokens=int(usage.get("completion_tokens", 0)), finished=finished)
 
     async def score(self, candidates: Sequence[Segment], scoring: Scoring) -> list[float]:
-        if scoring != "mean_logprob":
-            raise MemberServerError(
-                f"member {self.backend.member.label!r} is remote; servers return log-probs, "
-                "not logits: use scoring='mean_logprob'"
-            )
-        return list(await asyncio.gather(*(self._score(c) for c in candidates)))
+        return await score_each(self.backend.member, candidates, scoring, self._score)
 
     async def _score(self, candidate: Segment) -> float:
         ending = self.backend.template.end_of_turn if candidate.finished else ""

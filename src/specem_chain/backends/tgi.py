@@ -14,7 +14,6 @@ by the server's own chat template (``/chat_tokenize``) plus the accepted segment
 
 from __future__ import annotations
 
-import asyncio
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -30,7 +29,7 @@ from .chat import (
     fold_system,
     tools_as_text,
 )
-from .http import RemoteClient
+from .http import RemoteClient, score_each
 
 FINISHED = ("eos_token", "stop_sequence")
 NO_PREFILL_LOGPROBS = (
@@ -163,12 +162,7 @@ class TGISession:
         return Draft(text=text, tokens=int(details["generated_tokens"]), finished=finished)
 
     async def score(self, candidates: Sequence[Segment], scoring: Scoring) -> list[float]:
-        if scoring != "mean_logprob":
-            raise MemberServerError(
-                f"member {self.backend.member.label!r} is remote; servers return log-probs, "
-                "not logits: use scoring='mean_logprob'"
-            )
-        return list(await asyncio.gather(*(self._score(c) for c in candidates)))
+        return await score_each(self.backend.member, candidates, scoring, self._score)
 
     async def _score(self, candidate: Segment) -> float:
         ending = self.backend.end_of_turn if candidate.finished else ""

@@ -8,7 +8,13 @@ import numpy as np
 import pytest
 
 from specem_chain.evaluation.run import ResultStore
-from specem_chain.evaluation.summary import bootstrap, markdown, summarise, write
+from specem_chain.evaluation.summary import (
+    bootstrap,
+    compare_with_best_member,
+    markdown,
+    summarise,
+    write,
+)
 from specem_chain.evaluation.tasks import TASKS, Example
 
 
@@ -71,3 +77,42 @@ def test_markdown_has_a_column_per_metric():
     table = markdown({"rougeL": {"mbr": score}, "rouge2": {"mbr": score}})
     assert table.splitlines()[0] == "| system | rougeL (95% CI) | rouge2 (95% CI) | n |"
     assert table.splitlines()[2] == "| mbr | 0.500 [0.250, 0.750] | 0.500 [0.250, 0.750] | 4 |"
+
+
+def test_each_system_is_compared_with_the_best_member_example_by_example(tmp_path):
+    store = ResultStore(tmp_path / "results.jsonl")
+    answers = {  # the reference is 1 for every example
+        "member:weak": [0, 0, 1, 0],
+        "member:strong": [1, 1, 0, 0],
+        "specem": [1, 0, 1, 1],  # better on 2 (ids 2, 3), worse on 1 (id 1)
+        "rank": [1, 1, 0],  # example 3 not finished: compared on 3
+    }
+    for system, hits in answers.items():
+        for i, hit in enumerate(hits):
+            store.add({"system": system, "id": str(i), "text": f"#### {hit}"})
+    examples = [Example(str(i), i, "q", "1") for i in range(4)]
+    task = TASKS["gsm8k"]
+    summary = summarise(task, store, list(answers), examples)
+    comparison = compare_with_best_member(task, store, summary, examples)
+    assert comparison is not None
+    best, paired = comparison
+    assert best == "member:strong"
+    assert paired == {
+        "member:weak": {"better": 1, "worse": 2, "n": 4},
+        "specem": {"better": 2, "worse": 1, "n": 4},
+        "rank": {"better": 0, "worse": 0, "n": 3},
+    }
+    write(summary, tmp_path, "gsm8k", comparison)
+    lines = (tmp_path / "summary.md").read_text().splitlines()
+    assert lines[2].endswith("| n | vs member:strong: better / worse |")
+    assert "| specem | 0.750 [" in lines[6] and lines[6].endswith("| 4 | 2 / 1 |")
+    assert lines[5].endswith("| 4 | |")  # the best member itself
+    assert json.loads((tmp_path / "paired.json").read_text())["best_member"] == "member:strong"
+
+
+def test_without_a_member_there_is_no_comparison(tmp_path):
+    store = ResultStore(tmp_path / "results.jsonl")
+    store.add({"system": "specem", "id": "0", "text": "#### 1"})
+    examples = [Example("0", 0, "q", "1")]
+    summary = summarise(TASKS["gsm8k"], store, ["specem"], examples)
+    assert compare_with_best_member(TASKS["gsm8k"], store, summary, examples) is None

@@ -119,9 +119,10 @@ def eval_command(
     members_line = "members: " + ", ".join(m.label for m in ensemble)
     title = f"{evaluation.name}, {len(examples)} examples\n{members_line}"
     result = summary.summarise(evaluation, store, names, examples, seed)
-    summary.write(result, out_dir, title)
-    typer.echo(summary.markdown(result), nl=False)
-    err.print(f"results: {out_dir}/summary.md, summary.json, metrics.json, chart.png")
+    comparison = summary.compare_with_best_member(evaluation, store, result, examples)
+    summary.write(result, out_dir, title, comparison)
+    typer.echo(summary.markdown(result, comparison), nl=False)
+    err.print(f"results: {out_dir}/summary.md, summary.json, metrics.json, paired.json, chart.png")
 
 
 def _quiet_transformers() -> None:

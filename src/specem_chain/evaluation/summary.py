@@ -74,22 +74,66 @@ def summarise(
     return summary
 
 
-def markdown(summary: Summary) -> str:
-    """One row per system, one column per metric: ``mean [low, high]``, then n."""
+class Paired(TypedDict):
+    """A system against the best member, example by example, on the headline metric."""
+
+    better: int
+    worse: int
+    n: int
+
+
+Comparison = tuple[str, dict[str, Paired]]
+"""The best member's system name, and every other system against it."""
+
+
+def compare_with_best_member(
+    task: Task, store: ResultStore, summary: Summary, examples: Sequence[Example]
+) -> Comparison | None:
+    """On how many examples each system scores above and below the member alone with the
+    best headline score (None without a member). Intervals of two systems can overlap while
+    one is better on most examples; this says which."""
+    metric = task.metrics[0]
+    members = {s: v for s, v in summary[metric].items() if s.startswith("member:")}
+    if not members:
+        return None
+    best = max(members, key=lambda s: members[s]["score"])
+    paired: dict[str, Paired] = {}
+    for system in summary[metric]:
+        if system == best:
+            continue
+        better = worse = n = 0
+        for example in examples:
+            ours, theirs = store.get(system, example.id), store.get(best, example.id)
+            if ours is None or theirs is None:
+                continue
+            diff = (
+                task.score(example, ours["text"])[metric]
+                - task.score(example, theirs["text"])[metric]
+            )
+            better, worse, n = better + (diff > 0), worse + (diff < 0), n + 1
+        paired[system] = Paired(better=better, worse=worse, n=n)
+    return best, paired
+
+
+def markdown(summary: Summary, comparison: Comparison | None = None) -> str:
+    """One row per system, one column per metric: ``mean [low, high]``, then n; with a
+    comparison, a last column of examples better / worse than the best member."""
     metrics = list(summary)
     systems = list(summary[metrics[0]])
-    lines = [
-        "| system | " + " | ".join(f"{m} (95% CI)" for m in metrics) + " | n |",
-        "|---|" + "---|" * len(metrics) + "---|",
-    ]
+    header = "| system | " + " | ".join(f"{m} (95% CI)" for m in metrics) + " | n |"
+    if comparison is not None:
+        header += f" vs {comparison[0]}: better / worse |"
+    lines = [header, "|---|" + "---|" * (len(metrics) + 1 + (comparison is not None))]
     for system in systems:
         cells = [
             f"{s['score']:.3f} [{s['ci_low']:.3f}, {s['ci_high']:.3f}]"
             for s in (summary[m][system] for m in metrics)
         ]
-        lines.append(
-            f"| {system} | " + " | ".join(cells) + f" | {summary[metrics[0]][system]['n']} |"
-        )
+        line = f"| {system} | " + " | ".join(cells) + f" | {summary[metrics[0]][system]['n']} |"
+        if comparison is not None:
+            paired = comparison[1].get(system)
+            line += f" {paired['better']} / {paired['worse']} |" if paired else " |"
+        lines.append(line)
     return "\n".join(lines) + "\n"
 
 
@@ -116,11 +160,17 @@ def chart(summary: Summary, path: Path, title: str) -> None:
     figure.savefig(path, dpi=120)
 
 
-def write(summary: Summary, out: Path, title: str) -> None:
-    """``summary.json`` (headline metric), ``metrics.json`` (all), ``summary.md``, ``chart.png``."""
+def write(summary: Summary, out: Path, title: str, comparison: Comparison | None = None) -> None:
+    """``summary.json`` (headline metric), ``metrics.json`` (all), ``summary.md``,
+    ``chart.png``, and ``paired.json`` (the comparison with the best member) if given."""
     headline = next(iter(summary.values()))
     (out / "summary.json").write_text(json.dumps(headline, indent=2) + "\n", encoding="utf-8")
     (out / "metrics.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    if comparison is not None:
+        best, paired = comparison
+        document = {"best_member": best, "systems": paired}
+        (out / "paired.json").write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
     heading = title.replace("\n", "; ")
-    (out / "summary.md").write_text(f"**{heading}**\n\n" + markdown(summary), encoding="utf-8")
+    table = markdown(summary, comparison)
+    (out / "summary.md").write_text(f"**{heading}**\n\n" + table, encoding="utf-8")
     chart(summary, out / "chart.png", title)

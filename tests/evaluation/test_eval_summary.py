@@ -12,6 +12,7 @@ from specem_chain.evaluation.summary import (
     bootstrap,
     compare_with_best_member,
     markdown,
+    score_answers,
     summarise,
     write,
 )
@@ -60,7 +61,8 @@ def test_summary_covers_the_run_examples_only_and_writes_every_file(tmp_path):
         for i, hit in enumerate(hits):
             store.add({"system": system, "id": str(i), "text": f"#### {hit}"})
     examples = [Example(str(i), i, "q", "1") for i in range(2)]  # the run's limit is 2
-    summary = summarise(TASKS["gsm8k"], store, ["member:a", "specem", "rank"], examples)
+    task = TASKS["gsm8k"]
+    summary = summarise(task, score_answers(task, store, ["member:a", "specem", "rank"], examples))
     assert list(summary) == ["exact_match"]
     assert summary["exact_match"]["member:a"]["score"] == 0.5
     assert summary["exact_match"]["member:a"]["n"] == 2
@@ -92,8 +94,9 @@ def test_each_system_is_compared_with_the_best_member_example_by_example(tmp_pat
             store.add({"system": system, "id": str(i), "text": f"#### {hit}"})
     examples = [Example(str(i), i, "q", "1") for i in range(4)]
     task = TASKS["gsm8k"]
-    summary = summarise(task, store, list(answers), examples)
-    comparison = compare_with_best_member(task, store, summary, examples)
+    scores = score_answers(task, store, list(answers), examples)
+    summary = summarise(task, scores)
+    comparison = compare_with_best_member(task, scores, summary, ["member:weak", "member:strong"])
     assert comparison is not None
     best, paired = comparison
     assert best == "member:strong"
@@ -110,9 +113,11 @@ def test_each_system_is_compared_with_the_best_member_example_by_example(tmp_pat
     assert json.loads((tmp_path / "paired.json").read_text())["best_member"] == "member:strong"
 
 
-def test_without_a_member_there_is_no_comparison(tmp_path):
+def test_without_a_finished_member_there_is_no_comparison(tmp_path):
     store = ResultStore(tmp_path / "results.jsonl")
     store.add({"system": "specem", "id": "0", "text": "#### 1"})
     examples = [Example("0", 0, "q", "1")]
-    summary = summarise(TASKS["gsm8k"], store, ["specem"], examples)
-    assert compare_with_best_member(TASKS["gsm8k"], store, summary, examples) is None
+    task = TASKS["gsm8k"]
+    scores = score_answers(task, store, ["member:a", "specem"], examples)
+    summary = summarise(task, scores)
+    assert compare_with_best_member(task, scores, summary, ["member:a"]) is None

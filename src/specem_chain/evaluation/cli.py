@@ -91,9 +91,8 @@ def eval_command(
         settings = Settings(seed=seed, max_tokens=max_tokens, window=window)
         names = _split([systems] if systems else None) or system_names(ensemble, evaluation)
         chosen = build_systems(names, ensemble, evaluation, settings)
-        solo = build_systems(
-            [member_system_name(m) for m in ensemble], ensemble, evaluation, settings
-        )
+        members_alone = [member_system_name(m) for m in ensemble]
+        solo = build_systems(members_alone, ensemble, evaluation, settings)
         manifest = {
             "task": evaluation.name,
             "data": data.name,
@@ -118,8 +117,9 @@ def eval_command(
 
     members_line = "members: " + ", ".join(m.label for m in ensemble)
     title = f"{evaluation.name}, {len(examples)} examples\n{members_line}"
-    result = summary.summarise(evaluation, store, names, examples, seed)
-    comparison = summary.compare_with_best_member(evaluation, store, result, examples)
+    scores = summary.score_answers(evaluation, store, names, examples)
+    result = summary.summarise(evaluation, scores, seed)
+    comparison = summary.compare_with_best_member(evaluation, scores, result, members_alone)
     summary.write(result, out_dir, title, comparison)
     typer.echo(summary.markdown(result, comparison), nl=False)
     err.print(f"results: {out_dir}/summary.md, summary.json, metrics.json, paired.json, chart.png")

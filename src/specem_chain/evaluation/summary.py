@@ -48,28 +48,35 @@ def bootstrap(
     )
 
 
-def summarise(
-    task: Task,
-    store: ResultStore,
-    systems: Sequence[str],
-    examples: Sequence[Example],
-    seed: int = 0,
-) -> Summary:
-    """Every metric of every system over the ``examples`` it has finished.
+Scores = dict[str, dict[str, dict[str, float]]]
+"""system -> example id -> metric -> value, for the answers finished so far."""
+
+
+def score_answers(
+    task: Task, store: ResultStore, systems: Sequence[str], examples: Sequence[Example]
+) -> Scores:
+    """Every finished answer of every system among ``examples``, scored.
 
     Answers are scored again here, so a fix to a scorer needs no new answers.
     """
-    summary: Summary = {metric: {} for metric in task.metrics}
-    for system in systems:
-        scores = [
-            task.score(e, record["text"])
+    return {
+        system: {
+            e.id: task.score(e, record["text"])
             for e in examples
             if (record := store.get(system, e.id)) is not None
-        ]
-        if not scores:
+        }
+        for system in systems
+    }
+
+
+def summarise(task: Task, scores: Scores, seed: int = 0) -> Summary:
+    """Every metric of every system with at least one finished example."""
+    summary: Summary = {metric: {} for metric in task.metrics}
+    for system, by_example in scores.items():
+        if not by_example:
             continue
         for metric in task.metrics:
-            values = [s[metric] for s in scores]
+            values = [s[metric] for s in by_example.values()]
             summary[metric][system] = bootstrap(values, seed=seed)
     return summary
 
@@ -87,31 +94,27 @@ Comparison = tuple[str, dict[str, Paired]]
 
 
 def compare_with_best_member(
-    task: Task, store: ResultStore, summary: Summary, examples: Sequence[Example]
+    task: Task, scores: Scores, summary: Summary, members: Sequence[str]
 ) -> Comparison | None:
-    """On how many examples each system scores above and below the member alone with the
-    best headline score (None without a member). Intervals of two systems can overlap while
-    one is better on most examples; this says which."""
+    """On how many examples each system scores above and below the member alone (one of
+    the ``members``' system names) with the best headline score; None if no member has
+    finished an example. Intervals of two systems can overlap while one is better on most
+    examples; this says which."""
     metric = task.metrics[0]
-    members = {s: v for s, v in summary[metric].items() if s.startswith("member:")}
-    if not members:
+    headline = summary[metric]
+    finished = [m for m in members if m in headline]
+    if not finished:
         return None
-    best = max(members, key=lambda s: members[s]["score"])
+    best = max(finished, key=lambda m: headline[m]["score"])
+    theirs = scores[best]
     paired: dict[str, Paired] = {}
-    for system in summary[metric]:
-        if system == best:
+    for system, ours in scores.items():
+        if system == best or system not in headline:
             continue
-        better = worse = n = 0
-        for example in examples:
-            ours, theirs = store.get(system, example.id), store.get(best, example.id)
-            if ours is None or theirs is None:
-                continue
-            diff = (
-                task.score(example, ours["text"])[metric]
-                - task.score(example, theirs["text"])[metric]
-            )
-            better, worse, n = better + (diff > 0), worse + (diff < 0), n + 1
-        paired[system] = Paired(better=better, worse=worse, n=n)
+        diffs = [ours[i][metric] - theirs[i][metric] for i in ours if i in theirs]
+        paired[system] = Paired(
+            better=sum(d > 0 for d in diffs), worse=sum(d < 0 for d in diffs), n=len(diffs)
+        )
     return best, paired
 
 

@@ -1,6 +1,6 @@
-"""Speed of the ensemble; writes docs/benchmarks/speed.{md,json,png}.
+"""Speed of the ensemble; writes docs/benchmarks/speed-BACKEND.{md,json,png}.
 
-    ./run python benchmarks/speed.py [--length 64 --length 256 --length 512] [--repeats 3]
+    ./run python benchmarks/speed.py [--backend llamacpp] [--length 64 ...] [--repeats 3]
 
 The same as ``specem bench --out docs/benchmarks``; see ``specem bench --help``.
 """

@@ -205,9 +205,17 @@ def bench(
     reference_repeats: Annotated[
         int, typer.Option(min=1, help="Runs per length of the (slow) reference design.")
     ] = 3,
+    reference_from: Annotated[
+        Path | None,
+        typer.Option(
+            help="Take the reference design's figures from an earlier run's speed JSON "
+            "(same members; the reference design runs on transformers whatever the backend) "
+            "instead of measuring it again."
+        ),
+    ] = None,
     out_dir: Annotated[
         Path | None,
-        typer.Option("--out", help="Write speed.md, speed.json and speed.png here."),
+        typer.Option("--out", help="Write speed-BACKEND.md, .json and .png here."),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     backend: Annotated[
@@ -220,17 +228,20 @@ def bench(
     from .benchmark import speed
 
     members = [Member(source=s, backend=backend) for s in (member or defaults.DEFAULT_MEMBERS)]
+    lengths = lengths or [64, 256, 512]
     try:
-        result = speed.measure(
-            members, lengths or [64, 256, 512], repeats, reference_repeats, err.log
+        reference = (
+            speed.reference_figures(reference_from, members, lengths) if reference_from else None
         )
+        result = speed.measure(members, lengths, repeats, reference_repeats, err.log, reference)
     except SpecEMError as error:
         raise fail(str(error)) from None
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / "speed.json").write_text(json.dumps(result, indent=2) + "\n")
-        (out_dir / "speed.md").write_text(speed.table(result) + "\n")
-        speed.plot(result, out_dir / "speed.png")
+        stem = out_dir / f"speed-{backend}"
+        stem.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
+        stem.with_suffix(".md").write_text(speed.table(result) + "\n")
+        speed.plot(result, stem.with_suffix(".png"))
     if as_json:
         out.print_json(json.dumps(result))
     else:

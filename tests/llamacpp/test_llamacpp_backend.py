@@ -13,6 +13,7 @@ from langchain_core.messages import HumanMessage
 from reference_scoring import QUESTION
 
 from specem_chain import SpecEMChatModel
+from specem_chain.backends import llamacpp
 from specem_chain.backends.base import Segment
 from specem_chain.backends.llamacpp import LlamaCppBackend
 from specem_chain.ensemble import load_backend
@@ -128,6 +129,31 @@ async def test_a_seeded_draft_is_reproducible():
     await other.aclose()
 
 
+async def test_models_reading_at_the_same_time_share_the_cores(monkeypatch):
+    monkeypatch.setattr(llamacpp, "THREADS", 4)
+    backend = load_backend(SMOLLM2)
+    assert isinstance(backend, LlamaCppBackend)
+    threads: list[int] = []
+    read = backend._read
+
+    def recorded(tokens, *, outputs):
+        logits = read(tokens, outputs=outputs)
+        if tokens:
+            threads.append(backend.threads)
+        return logits
+
+    monkeypatch.setattr(backend, "_read", recorded)
+    session = await backend.open(QUESTION)
+    with llamacpp._cores.share():  # another model is reading
+        beside = await session.draft(6, Sampling(), 0)
+    assert set(threads) == {2}  # the prompt read on 4 threads, each step on 2
+    threads.clear()
+    alone = await session.draft(6, Sampling(), 0)
+    assert set(threads) == {4}
+    assert alone == beside  # the thread count changes no number
+    await session.aclose()
+
+
 async def test_the_ensemble_answers_on_llamacpp_members():
     model = SpecEMChatModel(members=[SMOLLM2, QWEN], max_tokens=24, seed=0)
     reply = await model.ainvoke([HumanMessage(QUESTION[0]["content"])])
@@ -165,17 +191,39 @@ async def test_a_mixed_ensemble_of_transformers_and_llamacpp_members():
     assert reply.response_metadata["specem"]["segments"]
 
 
-def test_the_speed_benchmark_measures_members_on_llamacpp():
-    from specem_chain.benchmark import speed
+def test_the_speed_benchmark_measures_members_on_llamacpp(tmp_path):
+    import json
 
-    result = speed.measure([SMOLLM2, QWEN], [8], repeats=1, reference_repeats=1)
-    assert result["backend"] == "llamacpp"
-    (row,) = result["rows"]
+    from typer.testing import CliRunner
+
+    from specem_chain.cli import app
+    from specem_chain.defaults import DEFAULT_MEMBERS
+
+    args = ["bench", "--backend", "llamacpp", "--length", "8", "--repeats", "1"]
+    result = CliRunner().invoke(app, [*args, "--reference-repeats", "1", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "speed-llamacpp.json",
+        "speed-llamacpp.md",
+        "speed-llamacpp.png",
+    ]
+    written = json.loads((tmp_path / "speed-llamacpp.json").read_text())
+    assert written["backend"] == "llamacpp"
+    (row,) = written["rows"]
     assert row["answer_tokens"]["min"] >= 8
-    assert set(row["solo_seconds_per_token"]) == {SMOLLM2.label, QWEN.label}
+    assert written["members"] == list(DEFAULT_MEMBERS)
+    assert set(row["solo_seconds_per_token"]) == set(DEFAULT_MEMBERS)
     assert all(v["min"] > 0 for v in row["solo_seconds_per_token"].values())
     assert row["overhead_ratio"]["min"] > 0 and row["vs_reference_ratio"]["min"] > 0
-    assert "| 8 |" in speed.table(result)
+    assert "| 8 |" in (tmp_path / "speed-llamacpp.md").read_text()
+
+    again = tmp_path / "again"
+    earlier = str(tmp_path / "speed-llamacpp.json")
+    result = CliRunner().invoke(app, [*args, "--reference-from", earlier, "--out", str(again)])
+    assert result.exit_code == 0, result.output
+    rerun = json.loads((again / "speed-llamacpp.json").read_text())
+    assert rerun["reference_from"] == earlier
+    assert rerun["rows"][0]["reference_seconds_per_token"] == row["reference_seconds_per_token"]
 
 
 def test_eval_runs_its_members_on_llamacpp(tmp_path):

@@ -14,11 +14,14 @@ window 10, seeded), it measures:
 - the process's peak resident memory.
 
 Models load before any timing. Each figure is reported as min and median over the repeats.
+The reference design runs on transformers whatever backend ours uses, so a run may take its
+figures from an earlier run's JSON (:func:`reference_figures`) instead of measuring it again.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import resource
 import statistics
 import time
@@ -113,8 +116,7 @@ def _llamacpp_solo(member: Member, length: int, seed: int) -> float:
     session = asyncio.run(backend.open(PROMPT))
     sample = TokenSampler(backend.llm.n_vocab(), member.sampling, seed)
     ids = list(session.ids)
-    with backend.lock:
-        backend.take(session)
+    with backend.held(session):
         start = time.perf_counter()
         for _ in range(length):
             logits = backend.logits(ids, len(ids) - 1)[0]
@@ -146,32 +148,63 @@ def _stats(values: list[float]) -> dict[str, float]:
     return {"min": min(values), "median": statistics.median(values)}
 
 
+def reference_figures(path: Path, members: Sequence[Member], lengths: Sequence[int]) -> dict:
+    """The reference design's time per token at each length, from an earlier run's JSON,
+    with how many runs measured it; that run must have had the same members and window."""
+    try:
+        text = path.read_text()
+    except OSError as error:
+        raise SpecEMError(f"cannot read {path}: {error.strerror}") from None
+    try:
+        earlier = json.loads(text)
+        rows = {row["length"]: row["reference_seconds_per_token"] for row in earlier["rows"]}
+        repeats, their_members, window = (
+            earlier[k] for k in ("reference_repeats", "members", "window")
+        )
+    except (ValueError, KeyError, TypeError) as error:
+        raise SpecEMError(f"{path} is not a speed benchmark's JSON: {error}") from None
+    if their_members != [m.label for m in members] or window != EngineConfig().window:
+        raise SpecEMError(
+            f"{path} measured members {their_members} with window {window}; this run has "
+            f"{[m.label for m in members]} with window {EngineConfig().window}"
+        )
+    if missing := [n for n in lengths if n not in rows]:
+        raise SpecEMError(f"{path} has no reference design figures for lengths {missing}")
+    return {"repeats": repeats, "from": str(path), "seconds_per_token": rows}
+
+
 def measure(
     members: Sequence[Member],
     lengths: Sequence[int],
     repeats: int,
     reference_repeats: int,
     progress: Callable[[str], None] = lambda _: None,
+    reference: dict | None = None,
 ) -> dict[str, Any]:
-    """Every figure, as one JSON-ready object."""
+    """Every figure, as one JSON-ready object; the reference design's figures come from
+    ``reference`` (:func:`reference_figures`) when given."""
     for member in members:
         load_backend(member)
-        load_backend(member.model_copy(update={"backend": "transformers"}))
+        if reference is None:
+            load_backend(member.model_copy(update={"backend": "transformers"}))
     rows = []
     for length in lengths:
         progress(f"length {length}: ensemble")
         ours = full_length_runs(partial(ensemble_run, members, length), length, repeats)
-        progress(f"length {length}: reference design")
-        reference = full_length_runs(
-            partial(reference_run, members, length), length, reference_repeats
-        )
+        if reference is None:
+            progress(f"length {length}: reference design")
+            runs = full_length_runs(
+                partial(reference_run, members, length), length, reference_repeats
+            )
+            reference_per_token = _stats([r["wall_s"] / r["tokens"] for r in runs])
+        else:
+            reference_per_token = reference["seconds_per_token"][length]
         progress(f"length {length}: members alone")
         solo = {
             m.label: [solo_seconds_per_token(m, length, seed) for seed in range(repeats)]
             for m in members
         }
         ours_per_token = [r["wall_s"] / r["tokens"] for r in ours]
-        reference_per_token = [r["wall_s"] / r["tokens"] for r in reference]
         solo_sum = [sum(values[i] for values in solo.values()) for i in range(repeats)]
         rows.append(
             {
@@ -180,10 +213,10 @@ def measure(
                 "seconds_per_token": _stats(ours_per_token),
                 "tokens_per_s": _stats([1 / p for p in ours_per_token]),
                 "overhead_ratio": _stats([o / s for o, s in zip(ours_per_token, solo_sum)]),
-                "vs_reference_ratio": _stats(
-                    [r / statistics.median(ours_per_token) for r in reference_per_token]
-                ),
-                "reference_seconds_per_token": _stats(reference_per_token),
+                "vs_reference_ratio": {
+                    k: v / statistics.median(ours_per_token) for k, v in reference_per_token.items()
+                },
+                "reference_seconds_per_token": reference_per_token,
                 "first_segment_s": _stats([r["first_segment_s"] for r in ours]),
                 "round_s": {
                     step: _stats([r[f"{step}_s"] for r in ours])
@@ -198,7 +231,8 @@ def measure(
         "members": [m.label for m in members],
         "window": EngineConfig().window,
         "repeats": repeats,
-        "reference_repeats": reference_repeats,
+        "reference_repeats": reference_repeats if reference is None else reference["repeats"],
+        "reference_from": None if reference is None else reference["from"],
         "threads": torch.get_num_threads() if members[0].backend == "transformers" else None,
         "rows": rows,
         "overhead_ratio": {r["length"]: r["overhead_ratio"]["median"] for r in rows},
@@ -232,7 +266,9 @@ def table(result: dict[str, Any]) -> str:
         f"{result['rows'][0]['length']}): {result['growth_ratio']:.2f}. "
         f"Peak RSS: {result['peak_rss_mb']:.0f} MB. Members: {', '.join(result['members'])}; "
         f"backend {result['backend']}; {result['repeats']} repeats "
-        f"({result['reference_repeats']} for the reference design); min / median."
+        f"({result['reference_repeats']} for the reference design"
+        + (f", from {result['reference_from']}" if result.get("reference_from") else "")
+        + "); min / median."
     )
     return "\n".join(lines)
 

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 
+import llama_cpp
 import pytest
 from langchain_core.messages import HumanMessage
 from reference_scoring import QUESTION
@@ -139,17 +140,18 @@ async def test_models_reading_at_the_same_time_share_the_cores(monkeypatch):
     def recorded(tokens, *, outputs):
         logits = read(tokens, outputs=outputs)
         if tokens:
-            threads.append(backend.threads)
+            ctx = backend.llm.ctx
+            threads.append((llama_cpp.llama_n_threads(ctx), llama_cpp.llama_n_threads_batch(ctx)))
         return logits
 
     monkeypatch.setattr(backend, "_read", recorded)
     session = await backend.open(QUESTION)
     with llamacpp._cores.share():  # another model is reading
         beside = await session.draft(6, Sampling(), 0)
-    assert set(threads) == {2}  # the prompt read on 4 threads, each step on 2
+    assert set(threads) == {(2, 4)}  # one-token steps on 2 threads, many tokens on 4
     threads.clear()
     alone = await session.draft(6, Sampling(), 0)
-    assert set(threads) == {4}
+    assert set(threads) == {(4, 4)}
     assert alone == beside  # the thread count changes no number
     await session.aclose()
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from specem_chain.benchmark.speed import reference_figures, table
+from specem_chain.benchmark.speed import ReferenceFigures, reference_figures, table
 from specem_chain.errors import SpecEMError
 from specem_chain.members import Member
 
@@ -31,14 +31,14 @@ def earlier_run(path, **changes):
 def test_the_figures_come_with_how_they_were_measured(tmp_path):
     path = earlier_run(tmp_path / "speed-transformers.json")
     figures = reference_figures(path, MEMBERS, [64, 512])
-    assert figures == {
-        "repeats": 3,
-        "from": str(path),
-        "seconds_per_token": {
+    assert figures == ReferenceFigures(
+        seconds_per_token={
             64: {"min": 0.064, "median": 64 / 900},
             512: {"min": 0.512, "median": 512 / 900},
         },
-    }
+        repeats=3,
+        source=str(path),
+    )
 
 
 @pytest.mark.parametrize(

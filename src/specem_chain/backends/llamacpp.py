@@ -103,8 +103,9 @@ class Cores:
                 self._busy -= 1
 
     def threads(self) -> int:
-        """Threads for a one-token step now: the cores over the models reading."""
-        return max(1, THREADS // max(1, self._busy))
+        """Threads for a one-token step now: the cores over the models reading (call
+        inside :meth:`share`)."""
+        return max(1, THREADS // self._busy)
 
 
 _cores = Cores()
@@ -120,8 +121,6 @@ class LlamaCppBackend:
         """Held by every call that reads or changes the KV cache."""
         self.cached: list[int] = []
         """The tokens whose keys and values the KV cache holds, in order."""
-        self.threads = THREADS
-        """The threads llama.cpp takes a one-token step with now."""
         self.owner: LlamaCppSession | None = None
         """The session whose calls built the cache."""
         self.max_context = min(llm.n_ctx(), llm._model.n_ctx_train() or llm.n_ctx())
@@ -282,7 +281,7 @@ class LlamaCppBackend:
         """Bring the KV cache to ``ids``; return the logits at positions ``first`` onwards.
 
         Reads only the tokens after the common prefix of the cache and ``ids`` (and those
-        from ``first`` on, to get their logits). Call with :attr:`lock` held.
+        from ``first`` on, to get their logits). Call inside :meth:`held`.
         """
         keep = min(common_prefix(self.cached, ids), first)
         try:
@@ -302,10 +301,7 @@ class LlamaCppBackend:
         n_vocab = self.llm.n_vocab()
         for start in range(0, len(tokens), self.llm.n_batch):
             chunk = list(tokens[start : start + self.llm.n_batch])
-            threads = _cores.threads()
-            if threads != self.threads:
-                llama_cpp.llama_set_n_threads(self.llm.ctx, threads, THREADS)
-                self.threads = threads
+            llama_cpp.llama_set_n_threads(self.llm.ctx, _cores.threads(), THREADS)
             self.llm._batch.set_batch(chunk, n_past=len(self.cached), logits_all=outputs)
             self.llm._ctx.decode(self.llm._batch)
             self.cached.extend(chunk)

@@ -26,6 +26,7 @@ import resource
 import statistics
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -148,9 +149,21 @@ def _stats(values: list[float]) -> dict[str, float]:
     return {"min": min(values), "median": statistics.median(values)}
 
 
-def reference_figures(path: Path, members: Sequence[Member], lengths: Sequence[int]) -> dict:
-    """The reference design's time per token at each length, from an earlier run's JSON,
-    with how many runs measured it; that run must have had the same members and window."""
+@dataclass(frozen=True)
+class ReferenceFigures:
+    """The reference design's time per token (min / median) by length, from an earlier
+    run."""
+
+    seconds_per_token: dict[int, dict[str, float]]
+    repeats: int
+    source: str
+
+
+def reference_figures(
+    path: Path, members: Sequence[Member], lengths: Sequence[int]
+) -> ReferenceFigures:
+    """The reference design's figures from an earlier run's JSON; that run must have had
+    the same members and window, and every length."""
     try:
         text = path.read_text()
     except OSError as error:
@@ -163,14 +176,15 @@ def reference_figures(path: Path, members: Sequence[Member], lengths: Sequence[i
         )
     except (ValueError, KeyError, TypeError) as error:
         raise SpecEMError(f"{path} is not a speed benchmark's JSON: {error}") from None
-    if their_members != [m.label for m in members] or window != EngineConfig().window:
+    ours = ([m.label for m in members], EngineConfig().window)
+    if (their_members, window) != ours:
         raise SpecEMError(
             f"{path} measured members {their_members} with window {window}; this run has "
-            f"{[m.label for m in members]} with window {EngineConfig().window}"
+            f"{ours[0]} with window {ours[1]}"
         )
     if missing := [n for n in lengths if n not in rows]:
         raise SpecEMError(f"{path} has no reference design figures for lengths {missing}")
-    return {"repeats": repeats, "from": str(path), "seconds_per_token": rows}
+    return ReferenceFigures(rows, repeats, str(path))
 
 
 def measure(
@@ -179,10 +193,10 @@ def measure(
     repeats: int,
     reference_repeats: int,
     progress: Callable[[str], None] = lambda _: None,
-    reference: dict | None = None,
+    reference: ReferenceFigures | None = None,
 ) -> dict[str, Any]:
     """Every figure, as one JSON-ready object; the reference design's figures come from
-    ``reference`` (:func:`reference_figures`) when given."""
+    ``reference`` when given."""
     for member in members:
         load_backend(member)
         if reference is None:
@@ -198,7 +212,7 @@ def measure(
             )
             reference_per_token = _stats([r["wall_s"] / r["tokens"] for r in runs])
         else:
-            reference_per_token = reference["seconds_per_token"][length]
+            reference_per_token = reference.seconds_per_token[length]
         progress(f"length {length}: members alone")
         solo = {
             m.label: [solo_seconds_per_token(m, length, seed) for seed in range(repeats)]
@@ -231,8 +245,8 @@ def measure(
         "members": [m.label for m in members],
         "window": EngineConfig().window,
         "repeats": repeats,
-        "reference_repeats": reference_repeats if reference is None else reference["repeats"],
-        "reference_from": None if reference is None else reference["from"],
+        "reference_repeats": reference_repeats if reference is None else reference.repeats,
+        "reference_from": None if reference is None else reference.source,
         "threads": torch.get_num_threads() if members[0].backend == "transformers" else None,
         "rows": rows,
         "overhead_ratio": {r["length"]: r["overhead_ratio"]["median"] for r in rows},
@@ -267,7 +281,7 @@ def table(result: dict[str, Any]) -> str:
         f"Peak RSS: {result['peak_rss_mb']:.0f} MB. Members: {', '.join(result['members'])}; "
         f"backend {result['backend']}; {result['repeats']} repeats "
         f"({result['reference_repeats']} for the reference design"
-        + (f", from {result['reference_from']}" if result.get("reference_from") else "")
+        + (f", from {result['reference_from']}" if result["reference_from"] else "")
         + "); min / median."
     )
     return "\n".join(lines)

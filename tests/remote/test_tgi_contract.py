@@ -14,9 +14,8 @@ from specem_chain import Member, SpecEMChatModel
 from specem_chain.backends.base import Segment
 from specem_chain.backends.tgi import TGIBackend, TGISession
 
-PROTOCOL = Path(__file__).resolve().parents[3] / "shared" / "protocols" / "tgi"
-if not PROTOCOL.is_dir():
-    pytest.skip(f"TGI's protocol files are not at {PROTOCOL}", allow_module_level=True)
+PROTOCOL = Path(__file__).parent / "tgi_protocol"
+"""TGI's OpenAPI schema and recorded responses (Apache-2.0; see its README)."""
 
 OPENAPI = json.loads((PROTOCOL / "openapi.json").read_text())
 RECORDED = sorted((PROTOCOL / "responses").glob("*.json"))

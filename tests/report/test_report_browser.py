@@ -14,6 +14,8 @@ from selenium.webdriver.common.by import By
 
 from specem_chain import report
 
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
 CHROMIUM_FLAGS = (
     "--headless",
     "--no-sandbox",
@@ -29,13 +31,21 @@ CHROMIUM_FLAGS = (
 
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[webdriver.Chrome]:
-    """Debian's chromium and chromium-driver (installed by .ci/run); nothing is downloaded."""
+    """Debian's chromium and chromium-driver (``./run`` installs them where it can);
+    nothing is downloaded."""
+    missing = [path for path in (CHROMIUM, CHROMEDRIVER) if not Path(path).is_file()]
+    if missing:
+        pytest.fail(
+            f"{missing} not found: install Debian's Chromium and its driver with "
+            "`sudo apt-get install -y --no-install-recommends chromium chromium-driver`",
+            pytrace=False,
+        )
     options = Options()
-    options.binary_location = "/usr/bin/chromium"
+    options.binary_location = CHROMIUM
     for flag in CHROMIUM_FLAGS:
         options.add_argument(flag)
     options.add_argument(f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}")
-    driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
     try:
         yield driver
     finally:

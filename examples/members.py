@@ -42,14 +42,14 @@ def mixed_ensemble() -> SpecEMChatModel:
     return SpecEMChatModel(
         members=[
             "qwen2.5-coder",  # in this process
-            Member.tgi("http://gpu-host-1:8080", timeout=30, retries=2),
+            Member.tgi("http://gpu-host-1:8080", request_timeout=30, retries=2),
             Member.openai_completions(
                 "http://gpu-host-2:8000/v1",
                 model="llama-3.2-3b",
                 tokenizer="/models/llama-3.2-3b",  # whose chat template renders the prompt
             ),
         ],
-        timeout=120,  # seconds one answer may take
+        answer_timeout=120,  # seconds one whole answer may take
     )
     # --8<-- [end:mixed]
 

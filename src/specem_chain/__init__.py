@@ -4,5 +4,17 @@ from .chat_model import SpecEMChatModel
 from .engine import EngineConfig
 from .members import Member, Sampling
 from .report import report
+from .request import Answer, Request, RequestSettings, Update, open_request
 
-__all__ = ["EngineConfig", "Member", "Sampling", "SpecEMChatModel", "report"]
+__all__ = [
+    "Answer",
+    "EngineConfig",
+    "Member",
+    "Request",
+    "RequestSettings",
+    "Sampling",
+    "SpecEMChatModel",
+    "Update",
+    "open_request",
+    "report",
+]

@@ -9,11 +9,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from langchain_core.utils.function_calling import convert_to_openai_tool
-
-from .backends.chat import Message, Tool
 from .engine.constraints import AnswerFormat, JsonObjectAnswer, ToolCallAnswer, schema_types
-from .tool_calls import TOOL_CALL_OPEN
+from .engine.tool_calls import TOOL_CALL_OPEN
+from .engine.types import Message, Tool
 
 FREE_TEXT_CHOICES = (None, False, "auto", "none")
 ANY_TOOL_CHOICES = (True, "any", "required")
@@ -123,12 +121,31 @@ class RequestFormat:
     """Added to the conversation's system turn."""
 
 
+def checked_tools(tools: Sequence[Any]) -> list[Tool]:
+    """Tools in the OpenAI format (``{"type": "function", "function": {"name", ...}}``); a
+    ValueError names one that is not."""
+    for index, tool in enumerate(tools):
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if (
+            not isinstance(function, dict)
+            or tool.get("type") != "function"
+            or not isinstance(function.get("name"), str)
+            or not function["name"]
+        ):
+            raise ValueError(
+                f"tool {index} is not an OpenAI function tool "
+                '{"type": "function", "function": {"name": ..., "parameters": {...}}}: '
+                f"{tool!r}"
+            )
+    return list(tools)
+
+
 def request_format(
     tools: Sequence[Any] | None, tool_choice: Any, response_format: dict[str, Any] | None
 ) -> RequestFormat:
-    """The format of a request's answer from its ``tools`` (any form LangChain converts),
+    """The format of a request's answer from its ``tools`` (OpenAI function tools),
     ``tool_choice`` and ``response_format``; bad options get a ValueError that names them."""
-    converted = [convert_to_openai_tool(t) for t in tools or ()]
+    converted = checked_tools(tools or ())
     forced = forced_tools(tool_choice, converted)
     if tool_choice == "none":
         converted = []

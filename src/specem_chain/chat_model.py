@@ -21,26 +21,16 @@ from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import BaseModel, Field, field_validator, model_validator
 
-from .answer_formats import request_format, tool_names, with_instruction
-from .backends.base import Scoring
-from .backends.chat import Message
-from .defaults import DEFAULT_MEMBERS
-from .engine import EngineConfig
-from .ensemble import Answer, answer_rounds, segment_record
+from .answer_formats import request_format
+from .engine.tool_calls import TOOL_CALL_CLOSE, TOOL_CALL_OPEN, ParsedCall
+from .engine.types import Message
 from .members import Member
+from .models import DEFAULT_MEMBERS
+from .request import Answer, RequestSettings, open_request, segment_record
 from .structured_output import structured_output
-from .tool_calls import TOOL_CALL_CLOSE, TOOL_CALL_OPEN, ToolCallSplitter
 
-ENGINE_SETTINGS = (
-    "window",
-    "max_tokens",
-    "learning_rate",
-    "scoring",
-    "fast_finish",
-    "seed",
-    "min_members",
-)
-CALL_SETTINGS = (*ENGINE_SETTINGS, "temperature", "timeout")
+CALL_SETTINGS = tuple(RequestSettings.model_fields)
+"""Settings a call may override (``llm.invoke(q, seed=3)``): all of the request's."""
 ANSWER_OPTIONS = ("tools", "tool_choice", "response_format")
 """Call arguments that shape the answer; ``bind_tools`` and ``with_structured_output`` set
 them."""
@@ -52,7 +42,7 @@ TOOL_CALL_BLOCKS = ("tool_use", "tool_call")
 T = TypeVar("T")
 
 
-class SpecEMChatModel(BaseChatModel):
+class SpecEMChatModel(BaseChatModel, RequestSettings):
     """Several LLMs answer together, one segment at a time (SpecEM).
 
     ``SpecEMChatModel()`` uses the embedded default ensemble. Members are
@@ -65,20 +55,7 @@ class SpecEMChatModel(BaseChatModel):
     members: list[Member] = Field(
         default_factory=lambda: [Member(source=name) for name in DEFAULT_MEMBERS]
     )
-    window: int = 10
-    max_tokens: int = 256
-    learning_rate: float = 1.0
-    scoring: Scoring = "mean_logprob"
-    fast_finish: bool = False
-    seed: int | None = None
     stop: list[str] | None = None
-    temperature: float | None = Field(
-        None, ge=0.0, description="Every member's sampling temperature; unset keeps each own."
-    )
-    timeout: float | None = Field(None, gt=0, description="Seconds one answer may take.")
-    min_members: int = Field(
-        1, description="Live members an answer needs; members that keep failing are dropped."
-    )
 
     @field_validator("members", mode="before")
     @classmethod
@@ -92,8 +69,7 @@ class SpecEMChatModel(BaseChatModel):
         return members
 
     @model_validator(mode="after")
-    def _valid_engine_settings(self) -> SpecEMChatModel:
-        self._engine_config(None, {})  # raises a ValidationError that names the setting
+    def _unique_member_names(self) -> SpecEMChatModel:
         labels = [m.label for m in self.members]
         if len(set(labels)) != len(labels):
             raise ValueError(f"member names must be unique, got {labels}; set Member.name")
@@ -128,7 +104,9 @@ class SpecEMChatModel(BaseChatModel):
             params["ls_stop"] = [*(self.stop or []), *(stop or [])]
         return params
 
-    def _engine_config(self, stop: list[str] | None, overrides: dict[str, Any]) -> EngineConfig:
+    def _settings(self, overrides: dict[str, Any]) -> RequestSettings:
+        """This model's settings with a call's overrides, validated (a bad value raises a
+        ValidationError that names it; an unknown argument a TypeError)."""
         unknown = [
             k
             for k in overrides
@@ -139,8 +117,8 @@ class SpecEMChatModel(BaseChatModel):
                 f"unsupported call arguments {unknown}; per call you may set "
                 f"{', '.join((*CALL_SETTINGS, *ANSWER_OPTIONS))} and stop"
             )
-        settings = {name: overrides.get(name, getattr(self, name)) for name in ENGINE_SETTINGS}
-        return EngineConfig(**settings, stop=(*(self.stop or ()), *(stop or ())))
+        values = {name: overrides.get(name, getattr(self, name)) for name in CALL_SETTINGS}
+        return RequestSettings.model_validate(values)
 
     # -- tools and structured output -----------------------------------------------------
 
@@ -190,56 +168,41 @@ class SpecEMChatModel(BaseChatModel):
         self, messages: list[BaseMessage], stop: list[str] | None, kwargs: dict[str, Any]
     ) -> AsyncIterator[ChatGenerationChunk]:
         """One chunk per accepted segment, with its provenance; the last carries the rest."""
-        conversation = to_conversation(messages)
-        config = self._engine_config(stop, kwargs)
-        members = self._members(kwargs.get("temperature", self.temperature))
-        timeout = kwargs.get("timeout", self.timeout)
-        shape = request_format(
-            kwargs.get("tools"), kwargs.get("tool_choice"), kwargs.get("response_format")
+        request = open_request(
+            self.members,
+            to_conversation(messages),
+            self._settings(kwargs),
+            stop=[*(self.stop or ()), *(stop or ())],
+            tools=[convert_to_openai_tool(t) for t in kwargs.get("tools") or ()],
+            tool_choice=kwargs.get("tool_choice"),
+            response_format=kwargs.get("response_format"),
         )
-        if shape.instruction:
-            conversation = with_instruction(conversation, shape.instruction)
-        calls = ToolCallChunks(tool_names(shape.tools)) if shape.tools else None
-        answer = Answer(members=[m.label for m in members])
-        rounds = answer_rounds(members, conversation, config, shape.tools, shape.answer)
-        async for event, prompt_tokens in within(rounds, timeout):
-            first = not answer.rounds
-            answer.prompt_tokens = prompt_tokens
-            answer.add(event)
-            input_tokens = sum(prompt_tokens.values()) if first else 0
-            output_tokens = sum(event.drafted_tokens.values())
-            usage = UsageMetadata(
-                input_tokens=input_tokens,
-                output_tokens=output_tokens,
-                total_tokens=input_tokens + output_tokens,
-            )
-            # Lists concatenate when LangChain adds chunks, so each chunk carries its own
-            # segment and the joined message carries them all, in order.
-            metadata = self._final_metadata(answer) if event.finished else {"specem": {}}
-            metadata["specem"]["segments"] = [segment_record(event)]
-            content, tool_call_chunks = event.text, []
-            if calls is not None:
-                content, tool_call_chunks = calls.feed(event.text, event.finished)
+        calls = ToolCallIds()
+        async with request as run:
+            async for update in run:
+                event, answer = update.event, run.answer
+                input_tokens = sum(answer.prompt_tokens.values()) if len(answer.rounds) == 1 else 0
+                output_tokens = sum(event.drafted_tokens.values())
+                usage = UsageMetadata(
+                    input_tokens=input_tokens,
+                    output_tokens=output_tokens,
+                    total_tokens=input_tokens + output_tokens,
+                )
+                # Lists concatenate when LangChain adds chunks, so each chunk carries its own
+                # segment and the joined message carries them all, in order.
+                metadata = self._final_metadata(answer) if event.finished else {"specem": {}}
+                metadata["specem"]["segments"] = [segment_record(event)]
+                chunks = [calls.chunk(call) for call in update.tool_calls]
                 if event.finished and calls.count and event.finish_reason != "length":
                     metadata["finish_reason"] = "tool_calls"
-            message = AIMessageChunk(
-                content=content,
-                tool_call_chunks=tool_call_chunks,
-                usage_metadata=usage,
-                response_metadata=metadata,
-                chunk_position="last" if event.finished else None,
-            )
-            yield ChatGenerationChunk(message=message)
-
-    def _members(self, temperature: float | None) -> list[Member]:
-        if temperature is None:
-            return self.members
-        return [
-            m.model_copy(
-                update={"sampling": m.sampling.model_copy(update={"temperature": temperature})}
-            )
-            for m in self.members
-        ]
+                message = AIMessageChunk(
+                    content=update.text,
+                    tool_call_chunks=chunks,
+                    usage_metadata=usage,
+                    response_metadata=metadata,
+                    chunk_position="last" if event.finished else None,
+                )
+                yield ChatGenerationChunk(message=message)
 
     def _final_metadata(self, answer: Answer) -> dict[str, Any]:
         usage = answer.usage()
@@ -316,53 +279,26 @@ class SpecEMChatModel(BaseChatModel):
         return generate_from_stream(iter(chunks))
 
 
-class ToolCallChunks:
-    """A streamed answer's prose and tool-call chunks, round by round.
+class ToolCallIds:
+    """A streamed answer's tool calls as LangChain chunks, numbered in order.
 
     A valid call becomes a chunk with its name and JSON arguments; an invalid one carries
     its raw text, so LangChain files it under ``invalid_tool_calls``.
     """
 
-    def __init__(self, names: Sequence[str]) -> None:
-        self.splitter = ToolCallSplitter(names)
+    def __init__(self) -> None:
         self.count = 0
 
-    def feed(self, text: str, finished: bool) -> tuple[str, list[ToolCallChunk]]:
-        pieces = self.splitter.feed(text) + (self.splitter.finish() if finished else [])
-        prose, chunks = [], []
-        for piece in pieces:
-            if isinstance(piece, str):
-                prose.append(piece)
-                continue
-            args = json.dumps(piece.args, ensure_ascii=False) if piece.valid else None
-            chunks.append(
-                ToolCallChunk(
-                    name=piece.name,
-                    args=args or f"{TOOL_CALL_OPEN}{piece.text}{TOOL_CALL_CLOSE}",
-                    id=f"call_{uuid.uuid4().hex[:24]}",
-                    index=self.count,
-                    type="tool_call_chunk",
-                )
-            )
-            self.count += 1
-        return "".join(prose), chunks
-
-
-async def within(rounds: AsyncIterator[T], timeout: float | None) -> AsyncIterator[T]:
-    """The items of ``rounds``, failing with TimeoutError once ``timeout`` seconds pass."""
-    loop = asyncio.get_running_loop()
-    deadline = None if timeout is None else loop.time() + timeout
-    try:
-        while True:
-            remaining = None if deadline is None else max(deadline - loop.time(), 0)
-            try:
-                yield await asyncio.wait_for(rounds.__anext__(), remaining)
-            except StopAsyncIteration:
-                return
-            except asyncio.TimeoutError:
-                raise TimeoutError(f"the answer took longer than timeout={timeout} s") from None
-    finally:
-        await rounds.aclose()
+    def chunk(self, call: ParsedCall) -> ToolCallChunk:
+        args = json.dumps(call.args, ensure_ascii=False) if call.valid else None
+        self.count += 1
+        return ToolCallChunk(
+            name=call.name,
+            args=args or f"{TOOL_CALL_OPEN}{call.text}{TOOL_CALL_CLOSE}",
+            id=f"call_{uuid.uuid4().hex[:24]}",
+            index=self.count - 1,
+            type="tool_call_chunk",
+        )
 
 
 def text_of(message: BaseMessage, index: int) -> str:

@@ -14,13 +14,12 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from . import defaults
-from .engine import EngineConfig
-from .ensemble import Answer, answer_rounds
+from . import models
 from .errors import SpecEMError
 from .evaluation import cli as evaluation_cli
 from .members import Backend, Member
 from .report import report
+from .request import Answer, RequestSettings, open_request
 
 app = typer.Typer(
     help="SpecEM: several LLMs write one answer together, one segment at a time.",
@@ -49,6 +48,15 @@ def describe(error: ValidationError) -> str:
     )
 
 
+DEFAULTS = RequestSettings()
+"""The request settings' own defaults, which the options show."""
+
+
+def setting(name: str) -> typer.models.OptionInfo:
+    """An option for a request setting, described as the setting describes itself."""
+    return typer.Option(help=RequestSettings.model_fields[name].description)
+
+
 def quiet_transformers() -> None:
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     try:
@@ -72,11 +80,12 @@ def chat(
         ),
     ] = None,
     system: Annotated[str | None, typer.Option(help="A system message.")] = None,
-    window: Annotated[int, typer.Option(help="Tokens each member drafts per round.")] = 10,
-    max_tokens: Annotated[int, typer.Option(help="Answer length limit in tokens.")] = 256,
-    learning_rate: Annotated[float, typer.Option(help="Hedge step size; 0 = off.")] = 1.0,
-    scoring: Annotated[str, typer.Option(help="mean_logprob or mean_logit.")] = "mean_logprob",
-    seed: Annotated[int | None, typer.Option(help="Seed for reproducible sampling.")] = None,
+    window: Annotated[int, setting("window")] = DEFAULTS.window,
+    max_tokens: Annotated[int, setting("max_tokens")] = DEFAULTS.max_tokens,
+    policy: Annotated[str, setting("policy")] = DEFAULTS.policy,
+    learning_rate: Annotated[float, setting("learning_rate")] = DEFAULTS.learning_rate,
+    scoring: Annotated[str, setting("scoring")] = DEFAULTS.scoring,
+    seed: Annotated[int | None, setting("seed")] = DEFAULTS.seed,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print one JSON object instead of streaming.")
     ] = False,
@@ -95,21 +104,22 @@ def chat(
     if report_path and not report_path.parent.is_dir():
         raise fail(f"--report: folder {str(report_path.parent)!r} does not exist")
     try:
-        config = EngineConfig(
+        settings = RequestSettings(
             window=window,
             max_tokens=max_tokens,
+            policy=policy,  # type: ignore[arg-type]  # validated by pydantic
             learning_rate=learning_rate,
-            scoring=scoring,  # type: ignore[arg-type]  # validated by pydantic
+            scoring=scoring,  # type: ignore[arg-type]
             seed=seed,
         )
-        members = [Member(source=s) for s in (member or defaults.DEFAULT_MEMBERS)]
+        members = [Member(source=s) for s in (member or models.DEFAULT_MEMBERS)]
     except ValidationError as error:
         raise fail(describe(error)) from None
     messages = [{"role": "system", "content": system}] if system else []
     messages.append({"role": "user", "content": prompt})
     quiet_transformers()
     try:
-        answer = asyncio.run(_chat(members, messages, config, stream=not as_json))
+        answer = asyncio.run(_chat(members, messages, settings, stream=not as_json))
     except SpecEMError as error:
         raise fail(str(error)) from None
     if as_json:
@@ -126,19 +136,18 @@ def chat(
 
 
 async def _chat(
-    members: list[Member], messages: list, config: EngineConfig, *, stream: bool
+    members: list[Member], messages: list, settings: RequestSettings, *, stream: bool
 ) -> Answer:
-    answer = Answer(members=[m.label for m in members])
-    colours = dict(zip(answer.members, COLOURS * len(members)))
+    labels = [m.label for m in members]
+    colours = dict(zip(labels, COLOURS * len(members)))
     if stream:
-        legend = Text.assemble(*((f"{m} ", colours[m]) for m in answer.members))
+        legend = Text.assemble(*((f"{m} ", colours[m]) for m in labels))
         err.print(Text("members: ") + legend)
-    async for event, prompt_tokens in answer_rounds(members, messages, config):
-        answer.prompt_tokens = prompt_tokens
-        answer.add(event)
-        if stream:
-            out.print(Text(event.text, style=colours[event.winner]), end="")
-    return answer
+    async with open_request(members, messages, settings) as run:
+        async for update in run:
+            if stream:
+                out.print(Text(update.text, style=colours[update.event.winner]), end="")
+    return run.answer
 
 
 def summary(answer: Answer) -> Table:
@@ -227,7 +236,7 @@ def bench(
     quiet_transformers()
     from .benchmark import speed
 
-    members = [Member(source=s, backend=backend) for s in (member or defaults.DEFAULT_MEMBERS)]
+    members = [Member(source=s, backend=backend) for s in (member or models.DEFAULT_MEMBERS)]
     lengths = lengths or [64, 256, 512]
     try:
         reference = (
@@ -251,7 +260,7 @@ def bench(
 @models_app.command("list")
 def models_list() -> None:
     """Show the built-in members and whether they are cached."""
-    for row in defaults.list_models():
+    for row in models.list_models():
         out.print(
             Text.assemble(
                 (row.name, "bold"),
@@ -272,8 +281,8 @@ def models_pull(
     """Fetch, verify and convert built-in members now, so later runs start at once."""
     quiet_transformers()
     try:
-        for name in names or defaults.DEFAULT_MEMBERS:
-            out.print(f"{name}: {defaults.model_folder(name)}")
+        for name in names or models.DEFAULT_MEMBERS:
+            out.print(f"{name}: {models.model_folder(name)}")
     except SpecEMError as error:
         raise fail(str(error)) from None
 

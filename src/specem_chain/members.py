@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+
+from .engine.types import Sampling
+from .errors import MemberSpecError
+
+__all__ = ["Backend", "DType", "Kind", "Member", "ModelFiles", "Role", "Sampling", "model_files"]
 
 Role = Literal["both", "drafter", "verifier"]
 DType = Literal["float32", "bfloat16", "float16"]
@@ -15,15 +22,6 @@ Backend = Literal["transformers", "llamacpp"]
 completions server (vLLM, llama-cpp-python)."""
 
 SPEC_PREFIXES: dict[str, Kind] = {"tgi+": "tgi", "openai+": "openai"}
-
-
-class Sampling(BaseModel):
-    """How a member samples its drafts."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    temperature: float = Field(0.6, ge=0.0, description="0 means greedy decoding.")
-    top_p: float = Field(0.9, gt=0.0, le=1.0)
 
 
 class Member(BaseModel):
@@ -61,7 +59,9 @@ class Member(BaseModel):
         None, description="openai: a Jinja chat template, rendered without the local extra."
     )
     api_key: SecretStr | None = Field(None, description="Bearer token for the server.")
-    timeout: float = Field(60.0, gt=0, description="Seconds one server request may take.")
+    request_timeout: float = Field(
+        60.0, gt=0, description="Seconds one request to the member's server may take."
+    )
     retries: int = Field(
         2, ge=0, le=10, description="Retries of a request after connection errors and 5xx."
     )
@@ -131,3 +131,38 @@ class Member(BaseModel):
     @property
     def verifies(self) -> bool:
         return self.role in ("both", "verifier")
+
+
+@dataclass(frozen=True)
+class ModelFiles:
+    """Where a local model's files are."""
+
+    path: str
+    """A model folder, or a hub model id."""
+    gguf_file: str | None = None
+    """A GGUF file's name inside :attr:`path`."""
+
+    @property
+    def gguf(self) -> Path | None:
+        return Path(self.path) / self.gguf_file if self.gguf_file else None
+
+
+def model_files(source: str) -> ModelFiles:
+    """A local member's source, once built-in names are resolved (see
+    :func:`specem_chain.models.resolve`): a model folder, a GGUF file, or a hub model id."""
+    path = Path(source).expanduser()
+    if path.is_dir():
+        return ModelFiles(str(path))
+    if path.is_file() and path.suffix == ".gguf":
+        return ModelFiles(str(path.parent), path.name)
+    if path.exists():
+        raise MemberSpecError(f"{source!r} is a file but not a .gguf model file")
+    if source.startswith(("/", ".", "~")) or source.endswith(".gguf"):
+        raise MemberSpecError(f"member path {source!r} does not exist")
+    parts = source.split("/")
+    if len(parts) == 2 and all(parts):
+        return ModelFiles(source)  # a hub model id; loading tells if it is reachable
+    raise MemberSpecError(
+        f"unknown member {source!r}: give a built-in name (see `specem models list`), a "
+        "model folder, a .gguf file, or a hub model id such as 'org/model'"
+    )

@@ -5,14 +5,14 @@ from __future__ import annotations
 import json
 
 import pytest
+from loading import loaded
 from reference_scoring import QUESTION, separate_scores
 from typer.testing import CliRunner
 
-from specem_chain.backends.base import Segment
 from specem_chain.cli import app
-from specem_chain.defaults import DEFAULT_MEMBERS, gguf_path
-from specem_chain.ensemble import load_backend
+from specem_chain.engine.types import Segment
 from specem_chain.members import Member
+from specem_chain.models import DEFAULT_MEMBERS, gguf_path
 
 pytestmark = pytest.mark.models
 
@@ -24,7 +24,7 @@ NATALIA = (
 
 @pytest.mark.parametrize("name", DEFAULT_MEMBERS)
 async def test_inline_scores_equal_separate_scores_on_the_real_members(name):
-    backend = load_backend(Member(source=name))
+    backend = loaded(Member(source=name))
     assert backend.model.config.model_type in ("llama", "qwen2")
     session = await backend.open(QUESTION)
     candidates = [
@@ -33,9 +33,9 @@ async def test_inline_scores_equal_separate_scores_on_the_real_members(name):
         Segment(" So"),
         Segment(" The answer is 72.", finished=True),
     ]
-    encoded = [session._encode(c) for c in candidates]
+    encoded = [session._candidate(c)[1] for c in candidates]
     assert min(len(e) for e in encoded) == 1
-    inline = await session.score(candidates, "mean_logprob")
+    inline = [s.mean for s in await session.score(candidates, "mean_logprob")]
     separate = separate_scores(backend, session.ids, encoded, "mean_logprob")
     assert max(abs(a - b) for a, b in zip(inline, separate)) <= 1e-4
 
@@ -52,7 +52,7 @@ def test_the_default_ensemble_answers_with_segments_from_both_families():
 
 async def test_a_member_loads_straight_from_a_gguf_file():
     path = gguf_path("smollm2")
-    backend = load_backend(Member(source=str(path)))
+    backend = loaded(Member(source=str(path)))
     assert backend.model.config.model_type == "llama"
     session = await backend.open(QUESTION)
     draft = await session.draft(4, Member(source=str(path)).sampling, 0)

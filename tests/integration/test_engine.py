@@ -6,21 +6,19 @@ import math
 
 import pytest
 
-from specem_chain.backends.base import MAX_CHARACTER_TOKENS
-from specem_chain.engine import EngineConfig
-from specem_chain.ensemble import Answer, answer_rounds
+from specem_chain.backends.drafting import MAX_CHARACTER_TOKENS
 from specem_chain.errors import EnsembleError, PromptTooLongError
 from specem_chain.members import Member
+from specem_chain.request import Answer, RequestSettings, open_request
 
 QUESTION = [{"role": "user", "content": "How many clips did Natalia sell altogether?"}]
 
 
-async def run(members: list[Member], **settings) -> Answer:
-    answer = Answer(members=[m.label for m in members])
-    async for event, prompt_tokens in answer_rounds(members, QUESTION, EngineConfig(**settings)):
-        answer.prompt_tokens = prompt_tokens
-        answer.add(event)
-    return answer
+async def run(members: list[Member], messages=QUESTION, stop=(), **settings) -> Answer:
+    async with open_request(members, messages, RequestSettings(**settings), stop=stop) as request:
+        async for _ in request:
+            pass
+    return request.answer
 
 
 @pytest.fixture
@@ -115,8 +113,7 @@ async def test_a_plain_model_without_template_takes_part(tiny_models):
 async def test_prompt_longer_than_a_members_context_is_refused(pair):
     long = [{"role": "user", "content": "clips " * 400}]
     with pytest.raises(PromptTooLongError, match="context holds 256"):
-        async for _ in answer_rounds(pair, long, EngineConfig()):
-            pass
+        await run(pair, long)
 
 
 async def test_members_must_have_distinct_names(tiny_models):

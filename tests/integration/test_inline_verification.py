@@ -6,8 +6,8 @@ import pytest
 import torch
 from reference_scoring import QUESTION, separate_scores
 
-from specem_chain.backends.base import Segment
 from specem_chain.backends.transformers import TransformersBackend, inline_mask
+from specem_chain.engine.types import Segment
 from specem_chain.members import Member, Sampling
 
 
@@ -25,15 +25,49 @@ async def test_inline_scores_equal_separate_scores(tiny_models, architecture, sc
         Segment(" 72", finished=True),  # scored with the end-of-turn token
         Segment("", finished=True),  # only the end-of-turn token
     ]
-    encoded = [session._encode(c) for c in candidates]
+    spans = [session._candidate(c) for c in candidates]
+    assert all(start == len(session.ids) for start, _ in spans)
+    encoded = [seq for _, seq in spans]
     assert len(encoded[1]) == 1 and len(encoded[4]) == 1
     assert len({len(e) for e in encoded}) > 2  # unequal lengths
 
-    inline = await session.score(candidates, scoring)
+    inline = [s.mean for s in await session.score(candidates, scoring)]
+    assert [s.tokens for s in await session.score(candidates, scoring)] == [len(e) for e in encoded]
     separate = separate_scores(backend, session.ids, encoded, scoring)
 
     assert max(abs(a - b) for a, b in zip(inline, separate)) <= 1e-4
     assert session.cache.get_seq_length() == prefix  # cropped back to the prefix
+
+
+@pytest.mark.parametrize("architecture", ["llama", "qwen2"])
+async def test_a_candidate_that_merges_with_the_context_scores_as_one_text(
+    tiny_models, architecture
+):
+    """A candidate that continues the context's last word is read as the tokenizer reads
+    context and candidate together: its tokens start inside the context's last ones."""
+    backend = TransformersBackend.load(Member.local(str(tiny_models[architecture])))
+    session = await backend.open(QUESTION)
+    await session.accept(Segment(" Nat"))
+    before = list(session.ids)
+    candidates = [Segment("alia sold clips"), Segment(" clips")]
+    (start, merged), (after, plain) = [session._candidate(c) for c in candidates]
+    assert start < len(before) == after
+    assert before[:start] + merged == backend.encode(session.text + candidates[0].text)
+
+    scores = await session.score(candidates, "mean_logprob")
+    expected = separate_scores(backend, before[:start], [merged], "mean_logprob")
+    expected += separate_scores(backend, before, [plain], "mean_logprob")
+    assert [s.tokens for s in scores] == [len(merged), len(plain)]
+    assert max(abs(s.mean - e) for s, e in zip(scores, expected)) <= 1e-4
+    # the context and its cache are as they were
+    assert session.ids == before and session.cache.get_seq_length() == len(before)
+    with torch.inference_mode():
+        fresh = backend.model(input_ids=torch.tensor([before])).logits[0, -1].float()
+    assert torch.allclose(session.next_logits, fresh, atol=1e-4)
+
+    await session.accept(candidates[0])
+    assert session.ids == backend.encode(session.text)
+    assert session.cache.get_seq_length() == len(session.ids)
 
 
 @pytest.mark.parametrize("architecture", ["llama", "qwen2"])

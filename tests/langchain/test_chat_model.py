@@ -179,10 +179,9 @@ def test_consecutive_turns_of_one_role_are_merged():
 
 def test_a_system_turn_is_folded_for_templates_that_reject_it(tiny_models):
     backend = TransformersBackend.load(Member(source=str(tiny_models["nosystem"])))
-    ids, _ = backend.render(
+    text = backend.template.render(
         [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
     )
-    text = backend.tokenizer.decode(ids)
     assert "<|im_start|>system" not in text
     assert "<|im_start|>user\nBe brief.\n\nHi<|im_end|>" in text
 
@@ -205,7 +204,27 @@ def test_bad_settings_and_call_arguments_get_clear_errors(trio):
         SpecEMChatModel(members=trio).invoke("hi", top_k=3)
 
 
+@pytest.mark.parametrize(
+    ("setting", "value"),
+    [
+        ("temperature", -1),
+        ("window", 0),
+        ("max_tokens", 0),
+        ("answer_timeout", 0),
+        ("learning_rate", -0.5),
+        ("seed", -3),
+        ("scoring", "mean_nonsense"),
+        ("policy", "nonsense"),
+    ],
+)
+def test_a_bad_per_call_value_is_refused_before_any_member_runs(setting, value):
+    """The members cannot even be found: the per-call value is checked first."""
+    llm = SpecEMChatModel(members=["/nowhere/model-a", "/nowhere/model-b"])
+    with pytest.raises(ValueError, match=setting):
+        llm.invoke("hi", **{setting: value})
+
+
 async def test_a_timeout_ends_the_request_with_a_clear_error(trio):
-    llm = SpecEMChatModel(members=trio, max_tokens=200, timeout=0.05)
-    with pytest.raises(TimeoutError, match=r"timeout=0\.05"):
+    llm = SpecEMChatModel(members=trio, max_tokens=200, answer_timeout=0.05)
+    with pytest.raises(TimeoutError, match=r"answer_timeout=0\.05"):
         await llm.ainvoke("How many clips?")

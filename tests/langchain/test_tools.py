@@ -11,13 +11,15 @@ from langchain_core.tools import tool
 from pydantic import BaseModel, Field
 
 from specem_chain import Member, SpecEMChatModel
-from specem_chain.backends.base import Segment
-from specem_chain.backends.chat import tools_as_text
+from specem_chain.backends import open_session
+from specem_chain.backends.template import tools_as_text
 from specem_chain.backends.transformers import TransformersBackend
-from specem_chain.chat_model import ToolCallChunks, to_conversation
-from specem_chain.engine import AnswerFormat, EngineConfig
-from specem_chain.ensemble import Answer, answer_rounds
+from specem_chain.chat_model import ToolCallIds, to_conversation
+from specem_chain.engine import AnswerFormat, EngineConfig, Seat, run_rounds
+from specem_chain.engine.tool_calls import ToolCallSplitter
+from specem_chain.engine.types import Segment
 from specem_chain.errors import AnswerFormatError
+from specem_chain.request import Answer
 
 
 @tool
@@ -87,10 +89,11 @@ def test_each_template_gets_tools_its_own_way(tiny_models):
     native = TransformersBackend.load(Member(source=str(tiny_models["tools"])))
     textual = TransformersBackend.load(Member(source=str(tiny_models["llama"])))
     plain = TransformersBackend.load(Member(source=str(tiny_models["plain"])))
-    assert native.native_tools and not textual.native_tools and not plain.native_tools
+    templates = (native.template, textual.template, plain.template)
+    assert [t.native_tools for t in templates] == [True, False, False]
     conversation = to_conversation(HISTORY)
     rendered = {
-        name: backend.tokenizer.decode(backend.render(conversation, [WEATHER])[0])
+        name: backend.template.render(conversation, [WEATHER])
         for name, backend in (("native", native), ("textual", textual), ("plain", plain))
     }
     assert f"<tools>{json.dumps(WEATHER)}</tools>" in rendered["native"]
@@ -107,10 +110,12 @@ def test_each_template_gets_tools_its_own_way(tiny_models):
 
 
 async def answer(members, answer_format, max_tokens=12) -> Answer:
+    """The members' answer under ``answer_format``, straight from the engine's loop."""
     result = Answer(members=[m.label for m in members])
     question = [{"role": "user", "content": "How many clips?"}]
+    seats = [Seat(m.label, await open_session(m, question)) for m in members]
     config = EngineConfig(seed=0, max_tokens=max_tokens)
-    async for event, _ in answer_rounds(members, question, config, (), answer_format):
+    async for event in run_rounds(seats, config, answer_format):
         result.add(event)
     return result
 
@@ -165,13 +170,15 @@ def join(chunks: list[AIMessageChunk]) -> AIMessageChunk:
 
 
 def test_calls_stream_as_chunks_and_bad_ones_become_invalid_calls():
-    calls = ToolCallChunks(["get_weather"])
+    splitter, ids = ToolCallSplitter(["get_weather"]), ToolCallIds()
     text = (
         'Checking.<tool_call>\n{"name": "get_weather", "arguments": {"location": "Oslo"}}\n'
         "</tool_call>\n<tool_call>\n{not json}\n</tool_call>"
     )
-    pieces = [calls.feed(text[:20], False), calls.feed(text[20:], True)]
-    message = join([AIMessageChunk(content=c, tool_call_chunks=t) for c, t in pieces])
+    pieces = [splitter.step(text[:20], False), splitter.step(text[20:], True)]
+    message = join(
+        [AIMessageChunk(content=c, tool_call_chunks=[ids.chunk(t) for t in ts]) for c, ts in pieces]
+    )
     assert message.content == "Checking."
     assert [(c["name"], c["args"]) for c in message.tool_calls] == [
         ("get_weather", {"location": "Oslo"})

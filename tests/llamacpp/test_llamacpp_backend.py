@@ -11,13 +11,13 @@ import sys
 import llama_cpp
 import pytest
 from langchain_core.messages import HumanMessage
+from loading import loaded
 from reference_scoring import QUESTION
 
 from specem_chain import SpecEMChatModel
 from specem_chain.backends import llamacpp
-from specem_chain.backends.base import Segment
 from specem_chain.backends.llamacpp import LlamaCppBackend
-from specem_chain.ensemble import load_backend
+from specem_chain.engine.types import Segment
 from specem_chain.members import Member, Sampling
 
 pytestmark = pytest.mark.models
@@ -32,8 +32,8 @@ SmolLM2: 0.30 at most (a single-token candidate), 0.01-0.06 for longer ones."""
 
 
 async def test_scores_match_transformers_on_the_same_weights():
-    llama = load_backend(SMOLLM2)
-    reference = load_backend(Member(source="smollm2"))
+    llama = loaded(SMOLLM2)
+    reference = loaded(Member(source="smollm2"))
     assert isinstance(llama, LlamaCppBackend)
     sessions = [await llama.open(QUESTION), await reference.open(QUESTION)]
     assert sessions[0].ids == sessions[1].ids  # the same chat template and tokenizer
@@ -47,9 +47,10 @@ async def test_scores_match_transformers_on_the_same_weights():
         Segment(" 72", finished=True),  # scored with the end-of-turn token
         Segment("", finished=True),
     ]
-    assert [llama.encode(c) for c in candidates] == [sessions[1]._encode(c) for c in candidates]
+    spans = [[s._candidate(c) for c in candidates] for s in sessions]
+    assert spans[0] == spans[1]  # the same tokens, found by the same rule
 
-    ours, theirs = [await s.score(candidates, "mean_logprob") for s in sessions]
+    ours, theirs = [[x.mean for x in await s.score(candidates, "mean_logprob")] for s in sessions]
 
     assert max(abs(a - b) for a, b in zip(ours, theirs)) <= SCORE_TOLERANCE
     assert sorted(range(6), key=ours.__getitem__) == sorted(range(6), key=theirs.__getitem__)
@@ -58,7 +59,7 @@ async def test_scores_match_transformers_on_the_same_weights():
 @pytest.fixture
 def reads(monkeypatch) -> list[int]:
     """How many tokens each of the SmolLM2 llama.cpp backend's reads took."""
-    backend = load_backend(SMOLLM2)
+    backend = loaded(SMOLLM2)
     assert isinstance(backend, LlamaCppBackend)
     counts: list[int] = []
     read = backend._read
@@ -72,18 +73,19 @@ def reads(monkeypatch) -> list[int]:
 
 
 async def test_a_request_reads_each_token_once(reads):
-    backend = load_backend(SMOLLM2)
+    backend = loaded(SMOLLM2)
     session = await backend.open(QUESTION)
     draft = await session.draft(6, Sampling(), 0)
     assert sum(reads) == len(session.ids) + draft.tokens - 1  # the last one predicts nothing
     reads.clear()
     candidates = [Segment(" 48 clips"), Segment(" 72")]
     assert session.drafted is not None  # not the draft's start, so each must be read
-    assert all(backend.encode(c)[:1] != session.drafted[0][:1] for c in candidates)
+    sequences = [session._candidate(c)[1] for c in candidates]
+    assert all(seq[:1] != session.drafted[0][:1] for seq in sequences)
     await session.score(candidates, "mean_logprob")
     # per candidate: the context's last token (for its logits), then the candidate's tokens
     # but the last
-    assert sum(reads) == sum(len(backend.encode(c)) for c in candidates)
+    assert sum(reads) == sum(len(seq) for seq in sequences)
     accepted = await session.accept(candidates[0])
     reads.clear()
     await session.draft(1, Sampling(), 0)
@@ -92,21 +94,21 @@ async def test_a_request_reads_each_token_once(reads):
 
 
 async def test_the_own_draft_is_scored_from_the_logits_it_was_drawn_from(reads):
-    backend = load_backend(SMOLLM2)
+    backend = loaded(SMOLLM2)
     session = await backend.open(QUESTION)
     draft = await session.draft(8, Sampling(), 0)
     assert session.drafted is not None
     tokens = session.drafted[0]
     own = Segment(draft.text, draft.finished)
     cut = Segment(session._decode(tokens[:2]), finished=True)  # cut short, then ended
-    assert backend.encode(cut) == [*tokens[:2], backend.turn_end]
+    assert session._candidate(cut) == (len(session.ids), [*tokens[:2], backend.turn_end])
     other = Segment(" Something else entirely")
     reads.clear()
-    scores = await session.score([own, cut, other], "mean_logprob")
-    assert sum(reads) == len(backend.encode(other))  # only the other candidate is read
+    scores = [s.mean for s in await session.score([own, cut, other], "mean_logprob")]
+    assert sum(reads) == len(session._candidate(other)[1])  # only the other candidate is read
 
     fresh = await backend.open(QUESTION)  # no draft: every candidate is read
-    expected = await fresh.score([own, cut, other], "mean_logprob")
+    expected = [s.mean for s in await fresh.score([own, cut, other], "mean_logprob")]
     # one token at a time (drafting) or in one batch (reading): llama.cpp's sums round
     # differently (measured: 0.04 on a -13 score, 0.005 on the rest)
     assert scores == pytest.approx(expected, rel=0.01, abs=0.02)
@@ -117,7 +119,7 @@ async def test_the_own_draft_is_scored_from_the_logits_it_was_drawn_from(reads):
 
 
 async def test_a_seeded_draft_is_reproducible():
-    backend = load_backend(QWEN)
+    backend = loaded(QWEN)
     hot = Sampling(temperature=1.0, top_p=1.0)
     first = await backend.open(QUESTION)
     drafts = [await first.draft(8, hot, 3) for _ in range(2)]
@@ -132,7 +134,7 @@ async def test_a_seeded_draft_is_reproducible():
 
 async def test_models_reading_at_the_same_time_share_the_cores(monkeypatch):
     monkeypatch.setattr(llamacpp, "THREADS", 4)
-    backend = load_backend(SMOLLM2)
+    backend = loaded(SMOLLM2)
     assert isinstance(backend, LlamaCppBackend)
     threads: list[int] = []
     read = backend._read
@@ -199,7 +201,7 @@ def test_the_speed_benchmark_measures_members_on_llamacpp(tmp_path):
     from typer.testing import CliRunner
 
     from specem_chain.cli import app
-    from specem_chain.defaults import DEFAULT_MEMBERS
+    from specem_chain.models import DEFAULT_MEMBERS
 
     args = ["bench", "--backend", "llamacpp", "--length", "8", "--repeats", "1"]
     result = CliRunner().invoke(app, [*args, "--reference-repeats", "1", "--out", str(tmp_path)])

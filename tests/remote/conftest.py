@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from remote_servers import llama_server, tgi_server
 
-from specem_chain import defaults
+from specem_chain import models
 
 
 @pytest.fixture(scope="session")
@@ -40,4 +40,4 @@ def qwen_llama_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 @pytest.fixture(scope="session")
 def smollm2_folder() -> Path:
     """The converted SmolLM2 folder: the llama-cpp member's tokenizer and chat template."""
-    return defaults.model_folder("smollm2", progress=False)
+    return models.model_folder("smollm2", progress=False)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx
 
-from specem_chain import defaults
+from specem_chain import models
 
 SPECEM = Path(sys.executable).parent / "specem"
 STARTUP_S = 240
@@ -71,7 +71,7 @@ def llama_server(tmp: Path, model: str) -> Iterator[str]:
         "-m",
         "llama_cpp.server",
         "--model",
-        str(defaults.gguf_path(model, progress=False)),
+        str(models.gguf_path(model, progress=False)),
         "--host",
         "127.0.0.1",
         "--port",

@@ -7,7 +7,11 @@ import subprocess
 import venv
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.models  # servers on the built-in members
 
 SCRIPT = """
 import importlib.util, json, sys

@@ -11,8 +11,8 @@ import jsonschema
 import pytest
 
 from specem_chain import Member, SpecEMChatModel
-from specem_chain.backends.base import Segment
 from specem_chain.backends.tgi import TGIBackend, TGISession
+from specem_chain.engine.types import Segment
 
 PROTOCOL = Path(__file__).parent / "tgi_protocol"
 """TGI's OpenAPI schema and recorded responses (Apache-2.0; see its README)."""
@@ -79,7 +79,8 @@ async def test_recorded_response_is_parsed(recorded: Path, monkeypatch) -> None:
             monkeypatch.setattr(backend, "prefill", _returning(prefill))
             [score] = await session.score([candidate], "mean_logprob")
             expected = [t["logprob"] for t in prefill[1:]]
-            assert score == pytest.approx(sum(expected) / len(expected))
+            assert score.mean == pytest.approx(sum(expected) / len(expected))
+            assert score.tokens == len(expected)
 
 
 def _returning(value: Any):
@@ -89,6 +90,7 @@ def _returning(value: Any):
     return call
 
 
+@pytest.mark.models
 async def test_requests_and_responses_follow_the_openapi_schema(tgi_url, monkeypatch) -> None:
     """Every request the backend sends, and every answer of `specem serve-tgi`, validates."""
     exchanges: list[tuple[httpx.Request, httpx.Response]] = []

@@ -8,7 +8,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from specem_chain.backends.base import Segment
 from specem_chain.engine.constraints import (
     JsonObjectAnswer,
     JsonScan,
@@ -17,6 +16,7 @@ from specem_chain.engine.constraints import (
     fits_schema,
     scan_json,
 )
+from specem_chain.engine.types import Segment
 
 scalars = (
     st.none()

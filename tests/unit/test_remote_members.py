@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 from pydantic import ValidationError
 
 from specem_chain import Member, SpecEMChatModel
 from specem_chain.backends.http import RemoteClient
+from specem_chain.errors import EnsembleError
 
 
 def test_spec_strings_name_the_kind_the_url_and_the_model() -> None:
@@ -35,7 +38,7 @@ def test_chat_model_accepts_remote_specs() -> None:
         {"source": "tgi+gpu-1:8080"},
         {"source": "ftp://x", "kind": "tgi"},
         {"source": "smollm2", "model": "m"},
-        {"source": "tgi+http://a:1", "timeout": 0},
+        {"source": "tgi+http://a:1", "request_timeout": 0},
     ],
 )
 def test_bad_remote_settings_are_rejected(settings: dict) -> None:
@@ -50,3 +53,23 @@ def test_bearer_tokens_never_show() -> None:
         assert "sk-very-secret" not in shown
     llm = SpecEMChatModel(members=[member, Member.tgi("http://b:1", api_key="sk-very-secret")])
     assert "sk-very-secret" not in repr(llm) + str(llm._identifying_params)
+
+
+async def test_an_unreachable_member_is_dropped_at_its_first_request(tiny_models):
+    url = f"http://127.0.0.1:{free_port()}"
+    nowhere = Member.tgi(url, name="nowhere", retries=1, request_timeout=2, api_key="sk-secret")
+    llm = SpecEMChatModel(members=[nowhere, str(tiny_models["qwen2"])], max_tokens=8, seed=0)
+    reply = await llm.ainvoke("Hi")
+    meta = reply.response_metadata["specem"]
+    assert reply.content and f"cannot reach GET {url}/info" in meta["dropped"]["nowhere"]
+    assert meta["weights"]["nowhere"] == 0.0 and meta["wins"]["nowhere"] == 0
+    assert "sk-secret" not in str(meta)
+    with pytest.raises(EnsembleError, match="only 1 of 2 members could be reached") as caught:
+        await llm.ainvoke("Hi", min_members=2)
+    assert "min_members=2" in str(caught.value) and "sk-secret" not in str(caught.value)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]

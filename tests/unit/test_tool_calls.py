@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from specem_chain.tool_calls import (
+from specem_chain.engine.tool_calls import (
     TOOL_CALL_CLOSE,
     TOOL_CALL_OPEN,
     ParsedCall,

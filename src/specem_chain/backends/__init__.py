@@ -1,0 +1,7 @@
+"""Where members run: one protocol and one registry of backends (:mod:`.registry`), one chat
+template for every kind (:mod:`.template`), in-process models (transformers, llama.cpp) and
+servers (TGI, OpenAI-style completions)."""
+
+from .registry import Backend, backend, open_session
+
+__all__ = ["Backend", "backend", "open_session"]

@@ -9,9 +9,9 @@ from typing import Any
 
 import httpx
 
+from ..engine.types import Score, Scoring, Segment
 from ..errors import MemberServerError, MemberUnavailable
 from ..members import Member
-from .base import Scoring, Segment
 
 MAX_CONNECTIONS = 16
 """Connections one backend keeps open to its server, per event loop."""
@@ -34,7 +34,9 @@ class RemoteClient:
         self.label = member.label
         self.base_url = base_url.rstrip("/")
         self.retries = member.retries
-        self.timeout = httpx.Timeout(member.timeout, connect=min(member.timeout, 10.0))
+        self.timeout = httpx.Timeout(
+            member.request_timeout, connect=min(member.request_timeout, 10.0)
+        )
         self._headers = {"Accept": "application/json"}
         if member.api_key is not None:
             self._headers["Authorization"] = f"Bearer {member.api_key.get_secret_value()}"
@@ -117,8 +119,8 @@ async def score_each(
     member: Member,
     candidates: Sequence[Segment],
     scoring: Scoring,
-    score: Callable[[Segment], Awaitable[float]],
-) -> list[float]:
+    score: Callable[[Segment], Awaitable[Score]],
+) -> list[Score]:
     """Score the candidates with one request each, all at once. Servers return log-probs,
     never logits, so ``mean_logit`` scoring is refused."""
     if scoring != "mean_logprob":

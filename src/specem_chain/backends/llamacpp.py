@@ -34,22 +34,12 @@ import numpy as np
 import numpy.typing as npt
 from llama_cpp._internals import LlamaSampler, LlamaTokenDataArray
 
-from .. import defaults
-from ..errors import MemberSpecError, PromptTooLongError
-from ..members import Member, Sampling
-from .base import MAX_CHARACTER_TOKENS, Draft, Scoring, Segment, finish_draft
-from .chat import (
-    PLAIN_STOP,
-    PROBE_CONVERSATION,
-    Message,
-    Tool,
-    end_of_turn_text,
-    plain_transcript,
-    render_chat,
-    renders_tools,
-    tools_as_text,
-)
-from .templates import compile_template
+from ..engine.types import Draft, Message, Sampling, Score, Scoring, Segment, Tool
+from ..errors import MemberSpecError
+from ..members import Member, model_files
+from .drafting import check_prompt, common_prefix, draft_tokens, finish_draft
+from .local import LocalSession
+from .template import ChatTemplate
 
 CONTEXT = 8192
 """Tokens the KV cache of one loaded model holds (fewer if the model was trained on fewer)."""
@@ -63,16 +53,14 @@ Logits = npt.NDArray[np.float32]
 
 
 def gguf_file(member: Member) -> Path:
-    """The GGUF a llama.cpp member loads: a built-in model's, or the member's own file."""
-    if defaults.builtin(member.source) is not None:
-        return defaults.gguf_path(member.source)
-    path = Path(member.source).expanduser()
-    if path.suffix == ".gguf" and path.is_file():
-        return path.resolve()
-    raise MemberSpecError(
-        f"member {member.source!r} runs on llama.cpp, which needs a built-in model name "
-        "or a .gguf file"
-    )
+    """The GGUF a llama.cpp member loads (a built-in model's is resolved before)."""
+    gguf = model_files(member.source).gguf
+    if gguf is None:
+        raise MemberSpecError(
+            f"member {member.source!r} runs on llama.cpp, which needs a built-in model name "
+            "or a .gguf file"
+        )
+    return gguf.resolve()
 
 
 class Cores:
@@ -125,34 +113,25 @@ class LlamaCppBackend:
         """The session whose calls built the cache."""
         self.max_context = min(llm.n_ctx(), llm._model.n_ctx_train() or llm.n_ctx())
         meta = llm.metadata
-        self.special = {
+        special = {
             name: self.detokenize([int(meta[f"tokenizer.ggml.{name}_id"])], special=True)
             for name in ("bos_token", "eos_token")
             if f"tokenizer.ggml.{name}_id" in meta
         }
-        source = meta.get("tokenizer.chat_template")
-        self.template = compile_template(source) if source else None
+        self.template = ChatTemplate.from_source(meta.get("tokenizer.chat_template"), **special)
         self.end_of_turn, self.turn_end = self._end_of_turn(meta)
-        self.native_tools = self.template is not None and renders_tools(
-            lambda turns, tools: self._render(turns, True, tools)
-        )
 
     @classmethod
     def load(cls, member: Member) -> LlamaCppBackend:
-        """Load the member's GGUF, or return the copy this process already loaded."""
-        path = gguf_file(member)
-        key = (str(path), CONTEXT, THREADS)
-        with _loading:
-            if key not in _loaded:
-                llm = llama_cpp.Llama(
-                    model_path=str(path),
-                    n_ctx=CONTEXT,
-                    n_threads=THREADS,
-                    n_threads_batch=THREADS,
-                    verbose=False,
-                )
-                _loaded[key] = cls(llm, name=member.label)
-            return _loaded[key]
+        """Load the member's GGUF."""
+        llm = llama_cpp.Llama(
+            model_path=str(gguf_file(member)),
+            n_ctx=CONTEXT,
+            n_threads=THREADS,
+            n_threads_batch=THREADS,
+            verbose=False,
+        )
+        return cls(llm, name=member.label)
 
     def _end_of_turn(self, meta: dict[str, str]) -> tuple[frozenset[int], int]:
         """Token ids that end the member's turn (the GGUF's eos and eot, and the marker its
@@ -162,10 +141,9 @@ class LlamaCppBackend:
             for key in ("tokenizer.ggml.eot_token_id", "tokenizer.ggml.eos_token_id")
             if key in meta
         ]
-        if self.template is not None:
-            marker = self.tokenize(end_of_turn_text(self._render(PROBE_CONVERSATION, False)))
-            if len(marker) == 1 and marker[0] not in ids:
-                ids.insert(0, marker[0])
+        marker = self.tokenize(self.template.end_of_turn) if self.template.end_of_turn else []
+        if len(marker) == 1 and marker[0] not in ids:
+            ids.insert(0, marker[0])
         if not ids:
             raise MemberSpecError(f"member {self.name!r}: its GGUF names no end-of-turn token")
         return frozenset(ids), ids[0]
@@ -174,6 +152,14 @@ class LlamaCppBackend:
 
     def tokenize(self, text: str, *, bos: bool = False, special: bool = True) -> list[int]:
         return self.llm.tokenize(text.encode(), add_bos=bos, special=special)
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of a context: the rendered conversation and the answer, as one text.
+        A plain transcript starts with the model's BOS token."""
+        return self.tokenize(text, bos=self.template.plain)
+
+    def decode(self, tokens: list[int]) -> str:
+        return self.detokenize(tokens)
 
     def detokenize(self, tokens: Sequence[int], *, special: bool = False) -> str:
         """Text of the tokens (llama-cpp-python's own cuts pieces longer than 32 bytes)."""
@@ -191,56 +177,14 @@ class LlamaCppBackend:
             buffer, length = into(-length)
         return buffer.raw[:length].decode("utf-8", errors="replace")
 
-    def encode(self, segment: Segment) -> list[int]:
-        ids = self.tokenize(segment.text, special=False)
-        if segment.finished:
-            ids.append(self.turn_end)
-        return ids
-
-    def _render(
-        self,
-        messages: Sequence[Message],
-        generation_prompt: bool,
-        tools: Sequence[Tool] | None = None,
-    ) -> str:
-        assert self.template is not None
-        return self.template.render(
-            messages=[dict(m) for m in messages],
-            tools=tools,
-            add_generation_prompt=generation_prompt,
-            **self.special,
-        )
-
-    def render(
-        self, messages: Sequence[Message], tools: Sequence[Tool] = ()
-    ) -> tuple[list[int], tuple[str, ...]]:
-        """Token ids of the conversation, ready for the answer, and the member's stop texts.
-
-        As :meth:`TransformersBackend.render`: the GGUF's chat template (:func:`render_chat`),
-        or the plain transcript for a model without a template.
-        """
-        if self.template is None:
-            text = plain_transcript(tools_as_text(messages, tools))
-            return self.tokenize(text, bos=True), PLAIN_STOP
-        text = render_chat(
-            lambda turns, tools: self._render(turns, True, tools),
-            messages,
-            tools,
-            native_tools=self.native_tools,
-        )
-        return self.tokenize(text), ()
-
     async def open(
         self, messages: Sequence[Message], tools: Sequence[Tool] = ()
     ) -> LlamaCppSession:
         """Start a request; its prompt is read by its first draft or verification."""
-        ids, stop_texts = self.render(messages, tools)
-        if len(ids) >= self.max_context:
-            raise PromptTooLongError(
-                f"the prompt is {len(ids)} tokens for member {self.name!r}, whose context "
-                f"holds {self.max_context}; shorten the conversation"
-            )
-        return LlamaCppSession(self, ids, stop_texts)
+        session = LlamaCppSession(self, self.template.render(messages, tools))
+        holds = f"whose context holds {self.max_context}"
+        check_prompt(self.name, session.prompt_tokens, self.max_context - 1, holds)
+        return session
 
     # -- the KV cache ------------------------------------------------------------------
 
@@ -311,18 +255,6 @@ class LlamaCppBackend:
         return np.concatenate(rows) if rows else np.empty((0, n_vocab), np.float32)
 
 
-def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    """Length of the longest common prefix of two token sequences."""
-    n = min(len(a), len(b))
-    if a[:n] == b[:n]:
-        return n
-    return next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
-
-
-_loading = threading.Lock()
-_loaded: dict[tuple[str, int, int], LlamaCppBackend] = {}
-
-
 @dataclass(frozen=True)
 class SavedState:
     """A session's KV cache while another session uses it."""
@@ -352,89 +284,72 @@ class TokenSampler:
         return int(candidates.data[candidates.selected].id)
 
 
-class LlamaCppSession:
+class LlamaCppSession(LocalSession):
     """One request's state for one llama.cpp member: its token context."""
 
-    def __init__(
-        self, backend: LlamaCppBackend, prompt: list[int], stop_texts: tuple[str, ...]
-    ) -> None:
-        self.backend = backend
-        self.ids = list(prompt)
-        self.stop_texts = stop_texts
-        self.prompt_tokens = len(prompt)
+    backend: LlamaCppBackend
+
+    def __init__(self, backend: LlamaCppBackend, prompt: str) -> None:
+        super().__init__(backend, prompt)
         self.saved: SavedState | None = None
         self.drafted: tuple[list[int], Logits] | None = None
         """This round's draft: its tokens and the logits each was sampled from (one row
         more when it ended the turn). A candidate that starts as the draft does is scored
         from these rows instead of being read again."""
 
-    async def draft(self, window: int, sampling: Sampling, seed: int) -> Draft:
-        return await asyncio.to_thread(self._draft, window, sampling, seed)
-
-    async def score(self, candidates: Sequence[Segment], scoring: Scoring) -> list[float]:
-        return await asyncio.to_thread(self._score, candidates, scoring)
-
     async def accept(self, segment: Segment) -> int:
         """Append the segment to the context; the next call reads it into the cache."""
-        ids = self.backend.encode(segment)
-        self.ids.extend(ids)
         self.drafted = None
-        return len(ids)
+        return self._grow(segment)[1]
 
     async def aclose(self) -> None:
         await asyncio.to_thread(self.backend.release, self)
 
     def _draft(self, window: int, sampling: Sampling, seed: int) -> Draft:
         backend = self.backend
-        sample = TokenSampler(backend.llm.n_vocab(), sampling, seed)
-        tokens: list[int] = []
+        sampler = TokenSampler(backend.llm.n_vocab(), sampling, seed)
         rows: list[Logits] = []
-        finished = False
-        # Past the window, draft only to complete a character whose bytes it cut apart.
-        limit = min(window + MAX_CHARACTER_TOKENS, backend.max_context - len(self.ids))
+
+        def sample(logits: Logits, _: list[int]) -> int:
+            rows.append(logits)
+            return sampler(logits)
+
+        def step(tokens: list[int]) -> Logits:
+            context = self.ids + tokens
+            return backend.logits(context, len(context) - 1)[0]
+
         with backend.held(self):
-            logits = backend.logits(self.ids, len(self.ids) - 1)[0]
-            while len(tokens) < limit:
-                rows.append(logits)
-                token = sample(logits)
-                if token in backend.end_of_turn:
-                    finished = True
-                    break
-                tokens.append(token)
-                if len(tokens) >= limit or (
-                    len(tokens) >= window and not self._decode(tokens).endswith("\ufffd")
-                ):
-                    break
-                context = self.ids + tokens
-                logits = backend.logits(context, len(context) - 1)[0]
+            tokens, finished = draft_tokens(
+                backend.logits(self.ids, len(self.ids) - 1)[0],
+                step,
+                sample,
+                end_of_turn=backend.end_of_turn,
+                decode=self._decode,
+                window=window,
+                room=backend.max_context - len(self.ids),
+            )
         self.drafted = (tokens, np.stack(rows)) if rows else None
-        return finish_draft(self._decode(tokens), len(tokens), finished, self.stop_texts)
+        text = self._decode(tokens)
+        return finish_draft(text, len(tokens) + finished, finished, backend.template.stop)
 
-    def _decode(self, tokens: list[int]) -> str:
-        """Decode drafted tokens as they read after the context (keeps a leading space)."""
-        anchor = self.ids[-1:]
-        head = self.backend.detokenize(anchor)
-        return self.backend.detokenize(anchor + tokens)[len(head) :]
-
-    def _score(self, candidates: Sequence[Segment], scoring: Scoring) -> list[float]:
-        sequences = [self.backend.encode(c) for c in candidates]
-        if any(not s for s in sequences):
-            raise ValueError("cannot score an empty candidate that does not end the turn")
+    def _score(self, candidates: Sequence[Segment], scoring: Scoring) -> list[Score]:
+        spans = [self._candidate(c) for c in candidates]
         scores = []
         with self.backend.held(self):
-            for seq in sequences:
-                logits = self._drafted_logits(seq)
+            for start, seq in spans:
+                logits = self._drafted_logits(start, seq)
                 if logits is None:
-                    # The logits from the context's last token on predict the candidate's
-                    # tokens; its last token predicts nothing and is not read.
-                    logits = self.backend.logits(self.ids + seq[:-1], len(self.ids) - 1)
-                scores.append(mean_score(logits, seq, scoring))
+                    # The logits from the token before the candidate on predict the
+                    # candidate's tokens; its last token predicts nothing and is not read.
+                    logits = self.backend.logits(self.ids[:start] + seq[:-1], start - 1)
+                scores.append(Score(mean_score(logits, seq, scoring), len(seq)))
         return scores
 
-    def _drafted_logits(self, seq: list[int]) -> Logits | None:
-        """The draft's logits that predict ``seq``, if all but its last token are the
-        draft's first tokens (as for this member's own candidate, whole or cut)."""
-        if self.drafted is None:
+    def _drafted_logits(self, start: int, seq: list[int]) -> Logits | None:
+        """The draft's logits that predict ``seq``, if it starts after the context and all
+        but its last token are the draft's first tokens (as for this member's own
+        candidate, whole or cut)."""
+        if self.drafted is None or start != len(self.ids):
             return None
         tokens, rows = self.drafted
         if len(seq) > len(rows) or seq[:-1] != tokens[: len(seq) - 1]:

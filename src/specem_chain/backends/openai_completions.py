@@ -6,9 +6,9 @@ segments), which every such server accepts.
 - Drafting is a completion of the context with ``max_tokens=window``; ``finish_reason``
   ``"stop"`` means the member ended its turn.
 - Scoring is a completion of context + candidate with ``echo``, ``logprobs`` and one new
-  token. The echoed prompt tokens come with their log-probs; the candidate's are the last
-  ones before the new token, as many as the candidate adds to the context's token count
-  (``usage.prompt_tokens``), so a token that merges across the junction is the context's.
+  token. The echoed prompt tokens come with their log-probs; the candidate's are those after
+  the echoed tokens' common start with the context's own (echoed when it was accepted), so
+  a token that merges across the join is the candidate's, as on every backend.
 - llama-cpp-python returns each echoed token with the log-prob of the token *after* it
   unless the prompt starts with the model's BOS token. A check at the first request finds
   this (a counting text then scores near -12 instead of near 0) and starts every prompt
@@ -19,14 +19,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from ..engine.types import Draft, Message, Sampling, Score, Scoring, Segment, Tool
 from ..errors import MemberServerError
-from ..members import Member, Sampling
-from .base import Draft, Scoring, Segment
-from .chat import Message, Tool
+from ..members import Member
+from .drafting import common_prefix, finish_draft
 from .http import RemoteClient, score_each
-from .templates import ChatTemplate, member_template
+from .template import ChatTemplate, member_template
 
 NO_ECHO_LOGPROBS = (
     "the server returns no log-probs for echoed prompt tokens, which scoring needs; "
@@ -41,6 +42,17 @@ COUNTING = ", ".join(str(n) for n in range(1, 21))
 ALIGNED = -4.0
 """Mean log-prob of the counting's second half above which the server's echoed log-probs
 belong to their own tokens (measured: about -0.05 when they do, -12 when shifted by one)."""
+
+
+@dataclass(frozen=True)
+class Echo:
+    """A prompt as the server read it: its tokens' text and log-probs (the first has none),
+    and its length in tokens. The server may leave tokens out of the lists (llama-cpp-python
+    drops BOS tokens), but never at the end."""
+
+    tokens: list[str]
+    logprobs: list[float | None]
+    count: int
 
 
 class OpenAICompletionsBackend:
@@ -97,8 +109,9 @@ class OpenAICompletionsBackend:
     async def _aligned(self, lead: str = "") -> bool:
         """Whether the echoed log-probs of a counting answer are those of its own tokens."""
         prompt = self.template.render(ALIGNMENT_PROBE) + COUNTING
-        logprobs, _ = await self.echo(lead + prompt)
-        if len(logprobs) < 4 or any(v is None for v in logprobs[1:]):
+        echo = await self.echo(lead + prompt)
+        logprobs = echo.logprobs
+        if len(logprobs) < 4 or len(echo.tokens) != len(logprobs) or None in logprobs[1:]:
             raise MemberServerError(f"member {self.member.label!r}: {NO_ECHO_LOGPROBS}")
         tail = [v for v in logprobs[len(logprobs) // 2 :] if v is not None]
         return math.fsum(tail) / len(tail) > ALIGNED
@@ -112,29 +125,24 @@ class OpenAICompletionsBackend:
         response = await self.client.post("/completions", body)
         return response
 
-    async def echo(self, context: str) -> tuple[list[float | None], int]:
-        """Log-probs of the prompt's tokens as the server echoes them, and its token count.
-
-        The server may leave tokens out of the list (llama-cpp-python drops BOS tokens), but
-        never at the end: the last entries are the prompt's last tokens.
-        """
+    async def echo(self, context: str) -> Echo:
+        """The prompt's tokens as the server echoes them (without the one it generates)."""
         response = await self.complete(context, max_tokens=1, echo=True, logprobs=1, temperature=0)
         logprobs = response["choices"][0].get("logprobs") or {}
-        values = list(logprobs.get("token_logprobs") or [])
         usage = response.get("usage") or {}
-        generated = int(usage.get("completion_tokens", 0))
-        return values[: len(values) - generated], int(usage.get("prompt_tokens", 0))
-
-    async def count_tokens(self, context: str) -> int:
-        response = await self.complete(context, max_tokens=1, temperature=0)
-        return int(response["usage"]["prompt_tokens"])
+        end = -int(usage.get("completion_tokens", 0)) or None
+        return Echo(
+            [str(t) for t in logprobs.get("tokens") or []][:end],
+            list(logprobs.get("token_logprobs") or [])[:end],
+            int(usage.get("prompt_tokens", 0)),
+        )
 
     async def open(
         self, messages: Sequence[Message], tools: Sequence[Tool] = ()
     ) -> OpenAICompletionsSession:
         await self.ready()
         context = self.template.render(messages, tools)
-        return OpenAICompletionsSession(self, context, await self.count_tokens(context))
+        return OpenAICompletionsSession(self, context, await self.echo(context))
 
     async def aclose(self) -> None:
         await self.client.aclose()
@@ -143,11 +151,12 @@ class OpenAICompletionsBackend:
 class OpenAICompletionsSession:
     """One request's context on a completions member."""
 
-    def __init__(self, backend: OpenAICompletionsBackend, context: str, tokens: int) -> None:
+    def __init__(self, backend: OpenAICompletionsBackend, context: str, echo: Echo) -> None:
         self.backend = backend
         self.context = context
-        self.tokens = tokens
-        self.prompt_tokens = tokens
+        self.echoed = echo
+        """The context as the server reads it."""
+        self.prompt_tokens = echo.count
 
     async def draft(self, window: int, sampling: Sampling, seed: int) -> Draft:
         response = await self.backend.complete(
@@ -159,33 +168,30 @@ class OpenAICompletionsSession:
             stop=list(self.backend.template.stop),
         )
         choice = response["choices"][0]
-        finished = choice.get("finish_reason") == "stop"
-        text: str = choice["text"]
-        if not finished:
-            text = text.rstrip("\ufffd")  # a character whose bytes the window cut apart
         usage = response.get("usage") or {}
-        return Draft(text=text, tokens=int(usage.get("completion_tokens", 0)), finished=finished)
+        tokens = int(usage.get("completion_tokens", 0))
+        return finish_draft(choice["text"], tokens, choice.get("finish_reason") == "stop", ())
 
-    async def score(self, candidates: Sequence[Segment], scoring: Scoring) -> list[float]:
+    async def score(self, candidates: Sequence[Segment], scoring: Scoring) -> list[Score]:
         return await score_each(self.backend.member, candidates, scoring, self._score)
 
-    async def _score(self, candidate: Segment) -> float:
-        ending = self.backend.template.end_of_turn if candidate.finished else ""
+    async def _score(self, candidate: Segment) -> Score:
+        ending = self.backend.template.ending if candidate.finished else ""
         text = candidate.text + ending
         if not text:
             raise ValueError("cannot score an empty candidate that does not end the turn")
-        logprobs, tokens = await self.backend.echo(self.context + text)
-        added = max(tokens - self.tokens, 1)
-        mine = [v for v in logprobs[-added:] if v is not None]
-        if len(mine) < added:
+        echo = await self.backend.echo(self.context + text)
+        start = common_prefix(self.echoed.tokens, echo.tokens)
+        mine = [v for v in echo.logprobs[start:] if v is not None]
+        if not mine or len(mine) < len(echo.logprobs) - start:
             raise MemberServerError(f"member {self.backend.member.label!r}: {NO_ECHO_LOGPROBS}")
-        return math.fsum(mine) / added
+        return Score(math.fsum(mine) / len(mine), len(mine))
 
     async def accept(self, segment: Segment) -> int:
-        before = self.tokens
+        before = self.echoed.count
         self.context += segment.text
-        self.tokens = await self.backend.count_tokens(self.context)
-        return max(self.tokens - before, 1 if segment.text else 0)
+        self.echoed = await self.backend.echo(self.context)
+        return self.echoed.count - before
 
     async def aclose(self) -> None:
         """Nothing to release: the connection pool belongs to the backend."""

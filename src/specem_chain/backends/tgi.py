@@ -18,18 +18,12 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from ..errors import MemberServerError, PromptTooLongError
-from ..members import Member, Sampling
-from .base import Draft, Scoring, Segment
-from .chat import (
-    PROBE_CONVERSATION,
-    Message,
-    Tool,
-    end_of_turn_text,
-    fold_system,
-    tools_as_text,
-)
+from ..engine.types import Draft, Message, Sampling, Score, Scoring, Segment, Tool
+from ..errors import MemberServerError
+from ..members import Member
+from .drafting import check_prompt, common_prefix, finish_draft
 from .http import RemoteClient, score_each
+from .template import PROBE_CONVERSATION, end_of_turn_text, fold_system, tools_as_text
 
 FINISHED = ("eos_token", "stop_sequence")
 NO_PREFILL_LOGPROBS = (
@@ -114,11 +108,8 @@ class TGIBackend:
         await self.ready()
         context = await self.render(messages, tools)
         ids = [t["id"] for t in await self.tokenize(context)]
-        if len(ids) > self.max_input_tokens:
-            raise PromptTooLongError(
-                f"the prompt is {len(ids)} tokens for member {self.member.label!r}, whose "
-                f"server accepts {self.max_input_tokens}; shorten the conversation"
-            )
+        holder = f"whose server accepts {self.max_input_tokens}"
+        check_prompt(self.member.label, len(ids), self.max_input_tokens, holder)
         return TGISession(self, context, ids)
 
     async def aclose(self) -> None:
@@ -153,37 +144,34 @@ class TGISession:
             "/generate", {"inputs": self.context, "parameters": parameters}
         )
         details = response["details"]
-        text: str = response["generated_text"]
-        finished = details["finish_reason"] in FINISHED
-        if backend.end_of_turn and (cut := text.find(backend.end_of_turn)) != -1:
-            text, finished = text[:cut], True
-        if not finished:
-            text = text.rstrip("\ufffd")  # a character whose bytes the window cut apart
-        return Draft(text=text, tokens=int(details["generated_tokens"]), finished=finished)
+        return finish_draft(
+            response["generated_text"],
+            int(details["generated_tokens"]),
+            details["finish_reason"] in FINISHED,
+            (backend.end_of_turn,),
+        )
 
-    async def score(self, candidates: Sequence[Segment], scoring: Scoring) -> list[float]:
+    async def score(self, candidates: Sequence[Segment], scoring: Scoring) -> list[Score]:
         return await score_each(self.backend.member, candidates, scoring, self._score)
 
-    async def _score(self, candidate: Segment) -> float:
+    async def _score(self, candidate: Segment) -> Score:
+        """The candidate's tokens are those of the prefill after its common start with the
+        context's own tokens, so a token merged across the join is the candidate's."""
         ending = self.backend.end_of_turn if candidate.finished else ""
         prefill = await self.backend.prefill(self.context + candidate.text + ending)
-        shared = 0
-        for token, known in zip(prefill, self.ids):
-            if token["id"] != known:
-                break
-            shared += 1
-        logprobs = [t["logprob"] for t in prefill[max(shared, 1) :]]
+        start = common_prefix([t["id"] for t in prefill], self.ids)
+        logprobs = [t["logprob"] for t in prefill[max(start, 1) :]]
         if not logprobs:
             raise ValueError("cannot score an empty candidate that does not end the turn")
         if any(p is None for p in logprobs):
             raise MemberServerError(f"member {self.backend.member.label!r}: {NO_PREFILL_LOGPROBS}")
-        return math.fsum(logprobs) / len(logprobs)
+        return Score(math.fsum(logprobs) / len(logprobs), len(logprobs))
 
     async def accept(self, segment: Segment) -> int:
         before = len(self.ids)
         self.context += segment.text
         self.ids = [t["id"] for t in await self.backend.tokenize(self.context)]
-        return max(len(self.ids) - before, 1 if segment.text else 0)
+        return len(self.ids) - before
 
     async def aclose(self) -> None:
         """Nothing to release: the connection pool belongs to the backend."""

@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import os
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -25,64 +23,35 @@ from transformers.generation import (
     TopPLogitsWarper,
 )
 
-from .. import defaults
-from ..errors import MemberSpecError, PromptTooLongError
-from ..members import Member, Sampling
-from .base import MAX_CHARACTER_TOKENS, Draft, Scoring, Segment, finish_draft
-from .chat import (
-    PLAIN_STOP,
-    Message,
-    Tool,
-    plain_transcript,
-    render_chat,
-    renders_tools,
-    tools_as_text,
-)
+from ..engine.types import Draft, Message, Sampling, Score, Scoring, Segment, Tool
+from ..errors import MemberSpecError
+from ..members import Member, model_files
+from .drafting import check_prompt, draft_tokens, finish_draft
+from .local import LocalSession
+from .template import ChatTemplate, tokenizer_template
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-@dataclass(frozen=True)
-class ModelLocation:
-    """Where to load a member's weights from."""
-
-    path: str
-    gguf_file: str | None = None
-
-
-def locate(source: str) -> ModelLocation:
-    """Resolve a member source: a built-in name, a folder, a GGUF file, or a hub model id."""
-    if defaults.builtin(source) is not None:
-        return ModelLocation(str(defaults.model_folder(source)))
-    path = Path(source).expanduser()
-    if path.is_dir():
-        return ModelLocation(str(path))
-    if path.is_file() and path.suffix == ".gguf":
-        return ModelLocation(str(path.parent), path.name)
-    if path.exists():
-        raise MemberSpecError(f"{source!r} is a file but not a .gguf model file")
-    looks_like_path = source.startswith(("/", ".", "~")) or source.endswith(".gguf")
-    if looks_like_path:
-        raise MemberSpecError(f"member path {source!r} does not exist")
-    parts = source.split("/")
-    if len(parts) == 2 and all(parts):
-        return ModelLocation(source)  # a hub model id; loading tells if it is reachable
-    known = ", ".join(defaults.BUILTINS)
-    raise MemberSpecError(
-        f"unknown member {source!r}: give a built-in name ({known}), a model folder, "
-        "a .gguf file, or a hub model id such as 'org/model'"
-    )
-
-
-def end_of_turn_ids(model: Any, tokenizer: Any) -> frozenset[int]:
-    """Token ids that end the member's turn, from its generation config and tokenizer."""
+def end_of_turn_ids(
+    model: Any, tokenizer: Any, template: ChatTemplate
+) -> tuple[frozenset[int], int]:
+    """Token ids that end the member's turn (its generation config's and tokenizer's end of
+    sequence, and the marker its chat template ends a turn with), and the one a finished
+    candidate is scored with: the template's marker where it is one token."""
     ids: set[int] = set()
     for value in (model.generation_config.eos_token_id, tokenizer.eos_token_id):
         if isinstance(value, int):
             ids.add(value)
         elif value is not None:
             ids.update(value)
-    return frozenset(ids)
+    marker = tokenizer.encode(template.end_of_turn, add_special_tokens=False)
+    if template.end_of_turn and len(marker) == 1:
+        ids.add(marker[0])
+        return frozenset(ids), marker[0]
+    if not ids:
+        raise MemberSpecError("the model names no end-of-turn token")
+    return frozenset(ids), min(ids)
 
 
 class TransformersBackend:
@@ -93,69 +62,40 @@ class TransformersBackend:
         self.tokenizer = tokenizer
         self.name = name
         self.device = model.device
-        self.end_of_turn = end_of_turn_ids(model, tokenizer)
+        self.template = tokenizer_template(tokenizer)
+        self.end_of_turn, self.turn_end = end_of_turn_ids(model, tokenizer, self.template)
         self.max_context = int(getattr(model.config, "max_position_embeddings", 0) or 2**31)
-        self.native_tools = bool(tokenizer.chat_template) and renders_tools(self._apply_template)
 
     @classmethod
     def load(cls, member: Member) -> TransformersBackend:
-        """Load the member's model, or return the copy this process already loaded."""
-        key = (member.source, member.device, member.dtype)
-        with _loading:
-            if key not in _loaded:
-                _loaded[key] = cls._load(member)
-            backend = _loaded[key]
-        return backend
-
-    @classmethod
-    def _load(cls, member: Member) -> TransformersBackend:
-        where = locate(member.source)
+        """Load the member's model: a model folder, a GGUF file or a hub model id."""
+        files = model_files(member.source)
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-        kwargs: dict[str, Any] = {"gguf_file": where.gguf_file} if where.gguf_file else {}
+        kwargs: dict[str, Any] = {"gguf_file": files.gguf_file} if files.gguf_file else {}
         try:
-            tokenizer = AutoTokenizer.from_pretrained(where.path, **kwargs)
+            tokenizer = AutoTokenizer.from_pretrained(files.path, **kwargs)
             model = AutoModelForCausalLM.from_pretrained(
-                where.path,
-                dtype=_DTYPES[member.dtype],
-                attn_implementation="sdpa",
-                **kwargs,
+                files.path, dtype=_DTYPES[member.dtype], attn_implementation="sdpa", **kwargs
             )
         except OSError as error:
             raise MemberSpecError(f"cannot load member {member.source!r}: {error}") from error
         return cls(model.to(member.device), tokenizer, name=member.label)
 
-    def render(
-        self, messages: Sequence[Message], tools: Sequence[Tool] = ()
-    ) -> tuple[list[int], tuple[str, ...]]:
-        """Token ids of the conversation, ready for the answer, and the member's stop texts.
+    def encode(self, text: str) -> list[int]:
+        """Token ids of a context: the rendered conversation and the answer, as one text.
+        A plain transcript starts with the tokenizer's own special tokens (its BOS)."""
+        return self.tokenizer.encode(text, add_special_tokens=self.template.plain)
 
-        The member's own chat template renders the conversation (:func:`render_chat`: tools
-        as text when the template has no tool support, the system text folded into the first
-        user turn when it rejects a system turn). A model without a template gets the plain
-        transcript of :func:`plain_transcript`.
-        """
-        if not self.tokenizer.chat_template:
-            text = plain_transcript(tools_as_text(messages, tools))
-            return self.tokenizer.encode(text, add_special_tokens=True), PLAIN_STOP
-        text = render_chat(self._apply_template, messages, tools, native_tools=self.native_tools)
-        return self.tokenizer.encode(text, add_special_tokens=False), ()
-
-    def _apply_template(self, messages: Sequence[Message], tools: Sequence[Tool] | None) -> str:
-        return self.tokenizer.apply_chat_template(
-            [dict(m) for m in messages], tools=tools, add_generation_prompt=True, tokenize=False
-        )
+    def decode(self, tokens: list[int]) -> str:
+        return self.tokenizer.decode(tokens, skip_special_tokens=True)
 
     async def open(
         self, messages: Sequence[Message], tools: Sequence[Tool] = ()
     ) -> TransformersSession:
         """Start a request: render the conversation and read it into a fresh KV cache."""
-        ids, stop_texts = self.render(messages, tools)
-        if len(ids) >= self.max_context:
-            raise PromptTooLongError(
-                f"the prompt is {len(ids)} tokens for member {self.name!r}, whose context "
-                f"holds {self.max_context}; shorten the conversation"
-            )
-        session = TransformersSession(self, ids, stop_texts)
+        session = TransformersSession(self, self.template.render(messages, tools))
+        holds = f"whose context holds {self.max_context}"
+        check_prompt(self.name, session.prompt_tokens, self.max_context - 1, holds)
         await asyncio.to_thread(session.prefill)
         return session
 
@@ -169,20 +109,13 @@ class Verified:
     next_logits: torch.Tensor
 
 
-_loading = threading.Lock()
-_loaded: dict[tuple[str, str, str], TransformersBackend] = {}
+class TransformersSession(LocalSession):
+    """One request's state for one in-process member: its context and KV cache."""
 
+    backend: TransformersBackend
 
-class TransformersSession:
-    """One request's state for one in-process member."""
-
-    def __init__(
-        self, backend: TransformersBackend, prompt: list[int], stop_texts: tuple[str, ...]
-    ) -> None:
-        self.backend = backend
-        self.ids = list(prompt)
-        self.stop_texts = stop_texts
-        self.prompt_tokens = len(prompt)
+    def __init__(self, backend: TransformersBackend, prompt: str) -> None:
+        super().__init__(backend, prompt)
         self.cache = DynamicCache()
         self.next_logits: torch.Tensor | None = None
         """Logits that predict the token after the context."""
@@ -218,19 +151,17 @@ class TransformersSession:
         if extra:
             self.cache.crop(-extra)
 
+    def _read_from(self, start: int) -> None:
+        """Bring the cache to the context, reading it again from ``start`` (at least its
+        last token, for the logits that follow it)."""
+        start = min(start, len(self.ids) - 1)
+        self._rollback(start)
+        self.next_logits = self._forward(self.ids[start:])[-1]
+
     def prefill(self) -> None:
-        self.next_logits = self._forward(self.ids)[-1]
+        self._read_from(0)
 
     # -- the three steps the engine calls ----------------------------------------------
-
-    async def draft(self, window: int, sampling: Sampling, seed: int) -> Draft:
-        return await asyncio.to_thread(self._draft, window, sampling, seed)
-
-    async def score(self, candidates: Sequence[Segment], scoring: Scoring) -> list[float]:
-        return await asyncio.to_thread(self._score, candidates, scoring)
-
-    async def accept(self, segment: Segment) -> int:
-        return await asyncio.to_thread(self._accept, segment)
 
     async def aclose(self) -> None:
         self.cache = DynamicCache()
@@ -249,44 +180,40 @@ class TransformersSession:
             if sampling.top_p < 1.0:
                 warpers.append(TopPLogitsWarper(sampling.top_p))
         prefix = self.cache.get_seq_length()
-        logits, tokens, finished = self.next_logits, [], False
-        # Past the window, draft only to complete a character whose bytes it cut apart.
-        limit = min(window + MAX_CHARACTER_TOKENS, self.backend.max_context - len(self.ids))
         try:
-            while len(tokens) < limit:
-                token = _sample(logits, warpers, sampling.temperature, generator, tokens)
-                if token in self.backend.end_of_turn:
-                    finished = True
-                    break
-                tokens.append(token)
-                if len(tokens) >= limit or (
-                    len(tokens) >= window and not self._decode(tokens).endswith("\ufffd")
-                ):
-                    break
-                logits = self._forward([token])[-1]
+            tokens, finished = draft_tokens(
+                self.next_logits,
+                lambda tokens: self._forward(tokens[-1:])[-1],
+                lambda logits, tokens: _sample(
+                    logits, warpers, sampling.temperature, generator, tokens
+                ),
+                end_of_turn=self.backend.end_of_turn,
+                decode=self._decode,
+                window=window,
+                room=self.backend.max_context - len(self.ids),
+            )
         finally:
             self._rollback(prefix)
-        return finish_draft(self._decode(tokens), len(tokens), finished, self.stop_texts)
-
-    def _decode(self, tokens: list[int]) -> str:
-        """Decode drafted tokens as they read after the context (keeps a leading space)."""
-        anchor = self.ids[-1:]
-        head = self.backend.tokenizer.decode(anchor, skip_special_tokens=True)
-        whole = self.backend.tokenizer.decode(anchor + tokens, skip_special_tokens=True)
-        return whole[len(head) :]
-
-    def _encode(self, segment: Segment) -> list[int]:
-        ids = self.backend.tokenizer.encode(segment.text, add_special_tokens=False)
-        if segment.finished:
-            ids.append(min(self.backend.end_of_turn))
-        return ids
+        text = self._decode(tokens)
+        return finish_draft(text, len(tokens) + finished, finished, self.backend.template.stop)
 
     @torch.inference_mode()
-    def _score(self, candidates: Sequence[Segment], scoring: Scoring) -> list[float]:
+    def _score(self, candidates: Sequence[Segment], scoring: Scoring) -> list[Score]:
         assert self.next_logits is not None
-        sequences = [self._encode(c) for c in candidates]
-        if any(not s for s in sequences):
-            raise ValueError("cannot score an empty candidate that does not end the turn")
+        spans = [self._candidate(c) for c in candidates]
+        after = [k for k, (start, _) in enumerate(spans) if start == len(self.ids)]
+        means = dict(zip(after, self._score_inline([spans[k][1] for k in after], scoring)))
+        for k, (start, seq) in enumerate(spans):
+            if k not in means:
+                means[k] = self._score_apart(start, seq, scoring)
+        return [Score(means[k], len(seq)) for k, (_, seq) in enumerate(spans)]
+
+    def _score_inline(self, sequences: list[list[int]], scoring: Scoring) -> list[float]:
+        """Score candidates that start after the context in one pass over the cached
+        prefix, keeping their cache entries for :meth:`_accept`."""
+        if not sequences:
+            return []
+        assert self.next_logits is not None
         prefix = self.cache.get_seq_length()
         device = self.backend.device
         ids = [t for s in sequences for t in s]
@@ -296,57 +223,67 @@ class TransformersSession:
         mask = inline_mask([len(s) for s in sequences], prefix, self.backend.model.dtype, device)
         try:
             logits = self._forward(ids, mask=mask, positions=positions)
-            self._keep_verified(candidates, sequences, prefix, logits)
+            self._keep_verified(sequences, prefix, logits)
         finally:
             self._rollback(prefix)
         scores, offset = [], 0
         for seq in sequences:
             # The first token is predicted by the context; the rest by the candidate itself.
             predictors = torch.cat([self.next_logits[None], logits[offset : offset + len(seq) - 1]])
-            if scoring == "mean_logprob":
-                predictors = torch.log_softmax(predictors, dim=-1)
-            target = torch.tensor(seq, device=device)
-            scores.append(predictors.gather(1, target[:, None]).mean().item())
+            scores.append(mean_score(predictors, seq, scoring))
             offset += len(seq)
         return scores
 
-    def _keep_verified(
-        self,
-        candidates: Sequence[Segment],
-        sequences: list[list[int]],
-        prefix: int,
-        logits: torch.Tensor,
-    ) -> None:
+    def _score_apart(self, start: int, seq: list[int], scoring: Scoring) -> float:
+        """Score a candidate whose first token merged with the context's last ones: read it
+        after the context's first ``start`` tokens, then restore the context."""
+        self._rollback(start - 1)
+        try:
+            logits = self._forward([self.ids[start - 1], *seq[:-1]])
+        finally:
+            self._read_from(start - 1)
+        return mean_score(logits, seq, scoring)
+
+    def _keep_verified(self, sequences: list[list[int]], prefix: int, logits: torch.Tensor) -> None:
         """Keep each candidate's cache entries from the verification pass.
 
         Position ids restart at the prefix for every candidate and each candidate attends
         only to the prefix and itself, so its entries are exactly those that reading it after
-        the prefix would make: accepting the winner then needs no forward pass.
+        the prefix would make: accepting the winner then needs no forward pass. (A finished
+        candidate ends the answer and is never accepted; keeping it is harmless.)
         """
         self.verified, offset = {}, 0
-        for candidate, seq in zip(candidates, sequences):
+        for seq in sequences:
             span = slice(prefix + offset, prefix + offset + len(seq))
-            if not candidate.finished:  # a finished candidate ends the answer; never accepted
-                self.verified[tuple(seq)] = Verified(
-                    keys=[layer.keys[..., span, :] for layer in self.cache.layers],
-                    values=[layer.values[..., span, :] for layer in self.cache.layers],
-                    next_logits=logits[offset + len(seq) - 1],
-                )
+            self.verified[tuple(seq)] = Verified(
+                keys=[layer.keys[..., span, :] for layer in self.cache.layers],
+                values=[layer.values[..., span, :] for layer in self.cache.layers],
+                next_logits=logits[offset + len(seq) - 1],
+            )
             offset += len(seq)
 
     @torch.inference_mode()
     def _accept(self, segment: Segment) -> int:
-        ids = self._encode(segment)
-        verified, self.verified = self.verified.get(tuple(ids)), {}
+        old = len(self.ids)
+        start, grew = self._grow(segment)
+        verified = self.verified.get(tuple(self.ids[start:])) if start == old else None
+        self.verified = {}
         if verified is not None:
             for layer, keys, values in zip(self.cache.layers, verified.keys, verified.values):
                 layer.keys = torch.cat([layer.keys, keys], dim=-2)
                 layer.values = torch.cat([layer.values, values], dim=-2)
             self.next_logits = verified.next_logits
-        elif ids:
-            self.next_logits = self._forward(ids)[-1]
-        self.ids.extend(ids)
-        return len(ids)
+        else:
+            self._read_from(start)
+        return grew
+
+
+def mean_score(predictors: torch.Tensor, targets: Sequence[int], scoring: Scoring) -> float:
+    """Mean log-probability (or raw logit) of ``targets[i]`` under ``predictors[i]``."""
+    if scoring == "mean_logprob":
+        predictors = torch.log_softmax(predictors, dim=-1)
+    target = torch.tensor(list(targets), device=predictors.device)
+    return predictors.gather(1, target[:, None]).mean().item()
 
 
 def inline_mask(

@@ -13,10 +13,8 @@ from collections.abc import Sequence
 
 import torch
 
-from ..backends.base import Draft, Scoring, Segment
-from ..backends.chat import Message
 from ..backends.transformers import TransformersBackend, inline_mask
-from ..members import Sampling
+from ..engine.types import Draft, Message, Sampling, Score, Scoring, Segment
 
 
 class ReferenceSession:
@@ -24,7 +22,7 @@ class ReferenceSession:
 
     def __init__(self, backend: TransformersBackend, messages: Sequence[Message]) -> None:
         self.backend = backend
-        self.prompt, _ = backend.render(messages)
+        self.prompt = backend.encode(backend.template.render(messages))
         self.prompt_tokens = len(self.prompt)
         self.answer = ""
 
@@ -35,7 +33,7 @@ class ReferenceSession:
     async def draft(self, window: int, sampling: Sampling, seed: int) -> Draft:
         return await asyncio.to_thread(self._draft, window, sampling, seed)
 
-    async def score(self, candidates: Sequence[Segment], scoring: Scoring) -> list[float]:
+    async def score(self, candidates: Sequence[Segment], scoring: Scoring) -> list[Score]:
         return await asyncio.to_thread(self._score, candidates)
 
     async def accept(self, segment: Segment) -> int:
@@ -64,8 +62,8 @@ class ReferenceSession:
         return Draft(text=text, tokens=len(output), finished=bool(ends))
 
     @torch.inference_mode()
-    def _score(self, candidates: Sequence[Segment]) -> list[float]:
-        tokenizer, eot = self.backend.tokenizer, min(self.backend.end_of_turn)
+    def _score(self, candidates: Sequence[Segment]) -> list[Score]:
+        tokenizer, eot = self.backend.tokenizer, self.backend.turn_end
         context = self.context()
         sequences = [
             tokenizer.encode(c.text, add_special_tokens=False) + ([eot] if c.finished else [])
@@ -90,6 +88,7 @@ class ReferenceSession:
         for seq in sequences:
             predictors = torch.cat([logits[n - 1 : n], logits[offset : offset + len(seq) - 1]])
             logprobs = torch.log_softmax(predictors, dim=-1)
-            scores.append(logprobs.gather(1, torch.tensor(seq)[:, None]).mean().item())
+            mean = logprobs.gather(1, torch.tensor(seq)[:, None]).mean().item()
+            scores.append(Score(mean, len(seq)))
             offset += len(seq)
         return scores

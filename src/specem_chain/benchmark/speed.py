@@ -33,11 +33,13 @@ from typing import Any
 
 import torch
 
-from ..backends.chat import Message
+from ..backends import Backend, backend
 from ..engine import EngineConfig, RoundEvent, Seat, run_rounds
-from ..ensemble import answer_rounds, load_backend
+from ..engine.types import Message
 from ..errors import SpecEMError
 from ..members import Member
+from ..models import resolve
+from ..request import RequestSettings, open_request
 from .reference import ReferenceSession
 
 PROMPT: list[Message] = [
@@ -61,19 +63,27 @@ def _summarise(events: list[RoundEvent], wall: float, first: float) -> dict[str,
     }
 
 
-async def _timed(rounds: Any) -> dict[str, float]:
-    start, first, events = time.perf_counter(), 0.0, []
-    async for item in rounds:
-        event = item[0] if isinstance(item, tuple) else item
+def loaded(member: Member) -> Backend:
+    """The member's backend, loaded (a built-in one fetched and converted first)."""
+    return backend(resolve(member, progress=False))
+
+
+async def _timed(events: Any) -> dict[str, float]:
+    start, first, seen = time.perf_counter(), 0.0, []
+    async for event in events:
         first = first or time.perf_counter() - start
-        events.append(event)
-    return _summarise(events, time.perf_counter() - start, first)
+        seen.append(event)
+    return _summarise(seen, time.perf_counter() - start, first)
+
+
+async def _ensemble(members: Sequence[Member], settings: RequestSettings) -> dict[str, float]:
+    async with open_request(members, PROMPT, settings) as run:
+        return await _timed(update.event async for update in run)
 
 
 def ensemble_run(members: Sequence[Member], length: int, seed: int) -> dict[str, float]:
     """One answer of (at most) ``length`` tokens with our engine and sessions."""
-    config = EngineConfig(max_tokens=length, seed=seed)
-    return asyncio.run(_timed(answer_rounds(members, PROMPT, config)))
+    return asyncio.run(_ensemble(members, RequestSettings(max_tokens=length, seed=seed)))
 
 
 def reference_run(members: Sequence[Member], length: int, seed: int) -> dict[str, float]:
@@ -81,7 +91,9 @@ def reference_run(members: Sequence[Member], length: int, seed: int) -> dict[str
     transformers as the reference code runs, whatever backend ours uses."""
     config = EngineConfig(max_tokens=length, seed=seed)
     on_transformers = [m.model_copy(update={"backend": "transformers"}) for m in members]
-    seats = [Seat(m, ReferenceSession(load_backend(m), PROMPT)) for m in on_transformers]
+    seats = [
+        Seat(m.label, ReferenceSession(loaded(m), PROMPT), m.sampling) for m in on_transformers
+    ]
     return asyncio.run(_timed(run_rounds(seats, config)))
 
 
@@ -89,19 +101,19 @@ def solo_seconds_per_token(member: Member, length: int, seed: int) -> float:
     """A member's own decoding of exactly ``length`` new tokens on its backend."""
     if member.backend == "llamacpp":
         return _llamacpp_solo(member, length, seed)
-    backend = load_backend(member)
-    ids, _ = backend.render(PROMPT)
+    local = loaded(member)
+    ids = local.encode(local.template.render(PROMPT))
     torch.manual_seed(seed)
     start = time.perf_counter()
     with torch.inference_mode():
-        backend.model.generate(
-            torch.tensor([ids], device=backend.device),
+        local.model.generate(
+            torch.tensor([ids], device=local.device),
             max_new_tokens=length,
             min_new_tokens=length,
             do_sample=True,
             temperature=member.sampling.temperature,
             top_p=member.sampling.top_p,
-            pad_token_id=min(backend.end_of_turn),
+            pad_token_id=min(local.end_of_turn),
         )
     return (time.perf_counter() - start) / length
 
@@ -112,16 +124,16 @@ def _llamacpp_solo(member: Member, length: int, seed: int) -> float:
     the prompt."""
     from ..backends.llamacpp import LlamaCppBackend, TokenSampler
 
-    backend = load_backend(member)
-    assert isinstance(backend, LlamaCppBackend)
-    session = asyncio.run(backend.open(PROMPT))
-    sample = TokenSampler(backend.llm.n_vocab(), member.sampling, seed)
+    local = loaded(member)
+    assert isinstance(local, LlamaCppBackend)
+    session = asyncio.run(local.open(PROMPT))
+    sample = TokenSampler(local.llm.n_vocab(), member.sampling, seed)
     ids = list(session.ids)
-    with backend.held(session):
+    with local.held(session):
         start = time.perf_counter()
         for _ in range(length):
-            logits = backend.logits(ids, len(ids) - 1)[0]
-            logits[list(backend.end_of_turn)] = -float("inf")
+            logits = local.logits(ids, len(ids) - 1)[0]
+            logits[list(local.end_of_turn)] = -float("inf")
             ids.append(sample(logits))
         elapsed = time.perf_counter() - start
     asyncio.run(session.aclose())
@@ -198,9 +210,9 @@ def measure(
     """Every figure, as one JSON-ready object; the reference design's figures come from
     ``reference`` when given."""
     for member in members:
-        load_backend(member)
+        loaded(member)
         if reference is None:
-            load_backend(member.model_copy(update={"backend": "transformers"}))
+            loaded(member.model_copy(update={"backend": "transformers"}))
     rows = []
     for length in lengths:
         progress(f"length {length}: ensemble")

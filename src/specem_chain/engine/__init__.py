@@ -1,16 +1,22 @@
-"""The backend-agnostic ensemble loop and its pure policy."""
+"""The backend-agnostic ensemble loop, its round steps and its pure policy."""
 
-from .config import EngineConfig
+from .config import EngineConfig, PolicyName
 from .constraints import AnswerFormat
-from .loop import Candidate, FinishReason, RoundEvent, RoundTiming, Seat, run_rounds
+from .events import Candidate, FinishReason, RoundEvent, RoundTiming
+from .loop import run_rounds
+from .policy import Judgement, Verification
+from .roster import Seat
 
 __all__ = [
     "AnswerFormat",
     "Candidate",
     "EngineConfig",
     "FinishReason",
+    "Judgement",
+    "PolicyName",
     "RoundEvent",
     "RoundTiming",
     "Seat",
+    "Verification",
     "run_rounds",
 ]

@@ -2,18 +2,32 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Literal, Protocol
+
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ..backends.base import Scoring
+from .policy import Judgement, Paper, Verification
+from .types import Scoring
+
+PolicyName = Literal["paper"]
 
 
-class EngineConfig(BaseModel):
-    """How the members write one answer together."""
+class RoundPolicy(Protocol):
+    """Chooses a round's winner from what the verifiers said, and updates the weights."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    def judge(self, v: Verification, weights: Sequence[float], round_index: int) -> Judgement: ...
+
+
+class EngineSettings(BaseModel):
+    """How the members write one answer together: the loop's settings, declared once here
+    and shared by :class:`EngineConfig`, the chat model and the other front ends."""
 
     window: int = Field(10, ge=1, le=512, description="Tokens each member drafts per round.")
     max_tokens: int = Field(256, ge=1, description="Answer length limit, in accepted tokens.")
+    policy: PolicyName = Field(
+        "paper", description="How a round's winner is chosen and weights move (see Policies)."
+    )
     learning_rate: float = Field(
         1.0, ge=0.0, le=100.0, description="Hedge step size; 0 turns online feedback off."
     )
@@ -26,7 +40,6 @@ class EngineConfig(BaseModel):
         False, description="Accept an end-of-turn draft without verifying it."
     )
     seed: int | None = Field(None, ge=0, description="Makes the sampling reproducible.")
-    stop: tuple[str, ...] = Field((), description="The answer ends before any of these.")
     min_members: int = Field(
         1,
         ge=1,
@@ -34,9 +47,21 @@ class EngineConfig(BaseModel):
         "failing were dropped) the request fails.",
     )
 
+
+class EngineConfig(EngineSettings):
+    """The settings of one request's loop, validated with clear errors."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    stop: tuple[str, ...] = Field((), description="The answer ends before any of these.")
+
     @field_validator("stop")
     @classmethod
     def _no_empty_stop(cls, stop: tuple[str, ...]) -> tuple[str, ...]:
         if any(s == "" for s in stop):
             raise ValueError("stop sequences must not be empty strings")
         return stop
+
+    def round_policy(self) -> RoundPolicy:
+        """The policy named by :attr:`policy`, with these settings."""
+        return Paper(self.learning_rate)

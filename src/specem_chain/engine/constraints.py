@@ -11,8 +11,8 @@ from typing import Any, Protocol
 
 from pydantic_core import from_json
 
-from ..backends.base import Segment
-from ..tool_calls import TOOL_CALL_CLOSE, TOOL_CALL_OPEN
+from .tool_calls import TOOL_CALL_CLOSE, TOOL_CALL_OPEN
+from .types import Segment
 
 _WS = " \t\n\r"
 _WS_RUN = re.compile("[ \t\n\r]*")
@@ -95,6 +95,7 @@ _INVALID = JsonScan(False, None)
 
 def scan_json(text: str) -> JsonScan:
     """Scan ``text`` as a JSON document (RFC 8259), stopping where its top-level value ends."""
+    # one function: a state machine over the characters, whose states share these variables
     stack: list[str] = []  # open containers, "{" or "["
     keys: list[str | None] = []  # per open container: its latest key (None in arrays)
     key = ""  # the object key being scanned

@@ -1,15 +1,54 @@
 """Pure policy of one SpecEM round: scores, rewards, weights and selection.
 
 Everything here works on plain Python numbers so it can be tested without any model.
-Matrices are lists of rows. Rows are verifiers, columns are candidates.
+Matrices are lists of rows. Rows are verifiers, columns are candidates. A policy takes one
+round's :class:`Verification` and the members' weights and returns a :class:`Judgement`:
+the winning candidate, the score matrix it was chosen on, the rewards and the new weights.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
-from ..backends.base import Scoring
+from .types import Scoring
+
+
+@dataclass(frozen=True)
+class Verification:
+    """What one round's verifiers said of its candidates: a policy's whole input.
+
+    Columns are candidates, rows are verifiers; ``members`` is K, the request's members
+    (seats), which the two index tuples point into.
+    """
+
+    members: int
+    drafters: tuple[int, ...]
+    """The seat that drafted each candidate."""
+    verifiers: tuple[int, ...]
+    """The seat of each row."""
+    means: tuple[tuple[float, ...], ...]
+    """Mean per-token score (log-probability, or raw logit with ``mean_logit``)."""
+    tokens: tuple[tuple[int, ...], ...]
+    """The candidate's length in the verifier's own tokens."""
+    units: tuple[int, ...]
+    """The candidate's length in UTF-8 bytes, plus one when it ends the turn."""
+    scoring: Scoring = "mean_logprob"
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """A policy's decision on one round."""
+
+    winner: int
+    """The winning candidate (column)."""
+    matrix: list[list[float]]
+    """The normalised score matrix the winner was chosen on (rows sum to one)."""
+    rewards: list[float | None]
+    """Each seat's reward this round (None: no evidence)."""
+    weights: list[float]
+    """Each seat's weight after the round."""
 
 
 def candidate_score(mean_token_score: float, scoring: Scoring) -> float:
@@ -110,3 +149,20 @@ def select(matrix: Sequence[Sequence[float]], verifier_weights: Sequence[float])
         for k in range(len(matrix[0]))
     ]
     return max(range(len(totals)), key=lambda k: (totals[k], -k))
+
+
+@dataclass(frozen=True)
+class Paper:
+    """The paper's round (SpecEM, Algorithm 1): normalised geometric-mean probabilities
+    (:func:`candidate_score`, :func:`normalise`), win-rate rewards floored at one win
+    (:func:`rewards`), a Hedge step *before* selection (:func:`hedge_update`), then the
+    weighted vote of the verifiers (:func:`select`)."""
+
+    learning_rate: float = 1.0
+
+    def judge(self, v: Verification, weights: Sequence[float], round_index: int) -> Judgement:
+        matrix = normalise([[candidate_score(m, v.scoring) for m in row] for row in v.means])
+        member_rewards = rewards(matrix, v.verifiers, v.drafters, v.members)
+        new = hedge_update(weights, member_rewards, self.learning_rate, round_index)
+        winner = select(matrix, [new[j] for j in v.verifiers])
+        return Judgement(winner, matrix, member_rewards, new)

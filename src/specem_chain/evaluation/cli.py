@@ -12,8 +12,8 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from ..defaults import DEFAULT_MEMBERS, builtin
 from ..members import Backend
+from ..models import DEFAULT_MEMBERS, builtin
 
 err = Console(stderr=True, highlight=False)
 

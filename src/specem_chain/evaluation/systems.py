@@ -11,10 +11,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..backends.base import Segment
-from ..chat_model import SpecEMChatModel
-from ..ensemble import open_session
+from ..backends import open_session
+from ..engine.types import Score, Segment
 from ..members import Member
+from ..models import resolve
+from ..request import RequestSettings, open_request
 from .tasks import Example, Task, rouge
 
 SPECEM_VARIANTS: dict[str, dict[str, Any]] = {
@@ -70,21 +71,23 @@ class Ensemble:
         self, name: str, members: Sequence[Member], settings: Settings, **overrides: Any
     ) -> None:
         self.name = name
+        self.members = list(members)
         self.settings = settings
-        self.model = SpecEMChatModel(
-            members=list(members),
-            max_tokens=settings.max_tokens,
-            window=settings.window,
-            **overrides,
+        self.request = RequestSettings(
+            max_tokens=settings.max_tokens, window=settings.window, **overrides
         )
 
     async def answer(self, example: Example, solos: Solos) -> Output:
-        message = await self.model.ainvoke(example.prompt, seed=self.settings.seed_for(example))
-        metadata = message.response_metadata
+        settings = self.request.model_copy(update={"seed": self.settings.seed_for(example)})
+        messages = [{"role": "user", "content": example.prompt}]
+        async with open_request(self.members, messages, settings) as run:
+            async for _ in run:
+                pass
+        answer = run.answer
         return Output(
-            text=message.text,
-            finished=metadata["finish_reason"] == "stop",
-            details={"wins": metadata["specem"]["wins"], "weights": metadata["specem"]["weights"]},
+            text=answer.text,
+            finished=answer.finish_reason != "length",
+            details={"wins": answer.wins, "weights": answer.weights},
         )
 
 
@@ -110,11 +113,12 @@ class Rank:
 async def _score(
     member: Member, messages: list[dict[str, str]], candidates: list[Segment]
 ) -> list[float]:
-    session = await open_session(member, messages)
+    session = await open_session(resolve(member, progress=False), messages)
     try:
-        return await session.score(candidates, "mean_logprob")
+        scores: list[Score] = await session.score(candidates, "mean_logprob")
     finally:
         await session.aclose()
+    return [s.mean for s in scores]
 
 
 class MBR:

@@ -25,6 +25,7 @@ from transformers import DynamicCache
 
 from ..backends.transformers import TransformersBackend
 from ..members import Member
+from ..models import resolve
 
 
 class Parameters(BaseModel):
@@ -235,7 +236,8 @@ def _choose(logits: torch.Tensor, p: Parameters, generator: torch.Generator) -> 
 
 def create_app(member: Member, *, prefill_logprobs: bool = True) -> FastAPI:
     """The FastAPI app serving ``member`` (a local member spec) over TGI's protocol."""
-    generator = Generator(TransformersBackend.load(member), prefill_logprobs=prefill_logprobs)
+    local = TransformersBackend.load(resolve(member))
+    generator = Generator(local, prefill_logprobs=prefill_logprobs)
     app = FastAPI(title="specem serve-tgi", version=version("specem-chain"))
 
     @app.exception_handler(ServerError)

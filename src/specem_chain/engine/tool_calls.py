@@ -98,6 +98,12 @@ class ToolCallSplitter:
                 self._mode = "prose"
         return self._split(final=False) if self._mode in ("prose", "block") else []
 
+    def step(self, text: str, last: bool) -> tuple[str, list[ParsedCall]]:
+        """The prose and the calls that ``text`` completes (all that is held, if ``last``)."""
+        pieces = self.feed(text) + (self.finish() if last else [])
+        prose = "".join(p for p in pieces if isinstance(p, str))
+        return prose, [p for p in pieces if isinstance(p, ParsedCall)]
+
     def finish(self) -> list[str | ParsedCall]:
         """The pieces still held at the end of the answer."""
         if self._mode == "bare" and TOOL_CALL_OPEN not in self._held:

@@ -1,4 +1,4 @@
-"""The embedded default ensemble's weights: names, joining, verification, caching."""
+"""The built-in members' weights: names, joining, verification, caching."""
 
 from __future__ import annotations
 
@@ -10,19 +10,22 @@ from pathlib import Path
 
 import pytest
 
-from specem_chain import defaults
-from specem_chain.defaults import (
+from specem_chain import models
+from specem_chain.errors import MemberSpecError, SpecEMError
+from specem_chain.models import (
     DEFAULT_MEMBERS,
     BuiltinModel,
     WeightPart,
     builtin,
     cache_dir,
+    fetch,
     gguf_path,
     is_cached,
     list_models,
     model_folder,
 )
-from specem_chain.errors import MemberSpecError, SpecEMError
+from specem_chain.models import convert as convert_module
+from specem_chain.models.cache import MARKER
 
 CHUNKS = (b"first-" * 1000, b"second-" * 700, b"third" * 3)
 
@@ -107,7 +110,7 @@ def test_unknown_name_error_lists_known_names() -> None:
         gguf_path("llama-70b")
     text = str(info.value)
     assert "'llama-70b'" in text
-    for model in defaults.BUILTINS.values():
+    for model in models.BUILTINS.values():
         assert model.name in text
         for alias in model.aliases:
             assert alias in text
@@ -119,9 +122,9 @@ def test_unknown_name_error_lists_known_names() -> None:
 
 def test_table_is_consistent() -> None:
     assert all(builtin(name) is not None for name in DEFAULT_MEMBERS)
-    names = [n for m in defaults.BUILTINS.values() for n in (m.name, *m.aliases)]
+    names = [n for m in models.BUILTINS.values() for n in (m.name, *m.aliases)]
     assert len(names) == len(set(names))
-    for key, model in defaults.BUILTINS.items():
+    for key, model in models.BUILTINS.items():
         assert key == model.name
         assert len(model.sha256) == 64
         assert model.parts
@@ -241,8 +244,8 @@ def test_installed_distribution_of_other_version_is_ignored(
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: specem-test-old\nVersion: 1.0\n")
     monkeypatch.syspath_prepend(str(site))
-    assert defaults._installed_file(part) is None
-    assert defaults._installed_file(WeightPart(part.package, "1.0", part.path)) == site / part.path
+    assert fetch.installed_file(part) is None
+    assert fetch.installed_file(WeightPart(part.package, "1.0", part.path)) == site / part.path
 
 
 # downloads (pip is faked)
@@ -307,12 +310,12 @@ def test_model_folder_builds_once_and_marks_complete(
         calls.append(gguf)
         _fake_convert(gguf, out)
 
-    monkeypatch.setattr(defaults, "_convert", convert)
+    monkeypatch.setattr(convert_module, "convert", convert)
     assert not is_cached(model)
     folder = model_folder(model, progress=False)
     assert folder == cache / "models" / "fake-model"
     assert (folder / "model.safetensors").read_bytes() == b"".join(CHUNKS)
-    marker = json.loads((folder / defaults.MARKER).read_text())
+    marker = json.loads((folder / MARKER).read_text())
     assert marker == {"name": "fake-model", "sha256": model.sha256}
     assert is_cached(model)
     assert model_folder(model, progress=False) == folder
@@ -329,13 +332,13 @@ def test_failed_conversion_leaves_no_folder(cache: Path, monkeypatch: pytest.Mon
         (out / "half.bin").write_bytes(b"x")
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(defaults, "_convert", convert)
+    monkeypatch.setattr(convert_module, "convert", convert)
     with pytest.raises(RuntimeError, match="boom"):
         model_folder(model, progress=False)
     assert list((cache / "models").iterdir()) == []
     assert not is_cached(model)
     # The verified GGUF is kept, and a later build succeeds.
-    monkeypatch.setattr(defaults, "_convert", _fake_convert)
+    monkeypatch.setattr(convert_module, "convert", _fake_convert)
     model_folder(model, progress=False)
     assert is_cached(model)
 
@@ -346,7 +349,7 @@ def test_folder_without_marker_is_rebuilt(cache: Path, monkeypatch: pytest.Monke
     leftover = cache / "models" / "fake-model"
     leftover.mkdir(parents=True)
     (leftover / "junk").write_text("x")
-    monkeypatch.setattr(defaults, "_convert", _fake_convert)
+    monkeypatch.setattr(convert_module, "convert", _fake_convert)
     folder = model_folder(model, progress=False)
     assert not (folder / "junk").exists()
     assert is_cached(model)

@@ -1,0 +1,84 @@
+"""What the in-process sessions (transformers, llama.cpp) share: the member's context by the
+one context rule, and their model calls run off the event loop."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Protocol
+
+from ..engine.types import Draft, Sampling, Score, Scoring, Segment
+from .drafting import common_prefix, decode_after
+
+
+class LocalBackend(Protocol):
+    turn_end: int
+    """The token a finished candidate ends with."""
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, tokens: list[int]) -> str: ...
+
+
+class LocalSession:
+    """One request's context on an in-process model.
+
+    The context is always the model's tokenizer's reading of the rendered conversation and
+    the accepted answer as one text (:attr:`text`), so a token that merges across a join is
+    read as the merged token. Subclasses implement ``_draft``, ``_score`` and ``_accept``.
+    """
+
+    def __init__(self, backend: LocalBackend, prompt: str) -> None:
+        self.backend = backend
+        self.text = prompt
+        """The rendered conversation followed by the accepted answer."""
+        self.ids = backend.encode(prompt)
+        """The context: :attr:`text` as the member's tokenizer reads it."""
+        self.prompt_tokens = len(self.ids)
+
+    async def draft(self, window: int, sampling: Sampling, seed: int) -> Draft:
+        return await asyncio.to_thread(self._draft, window, sampling, seed)
+
+    async def score(self, candidates: Sequence[Segment], scoring: Scoring) -> list[Score]:
+        return await asyncio.to_thread(self._score, candidates, scoring)
+
+    async def accept(self, segment: Segment) -> int:
+        return await asyncio.to_thread(self._accept, segment)
+
+    def _draft(self, window: int, sampling: Sampling, seed: int) -> Draft:
+        raise NotImplementedError
+
+    def _score(self, candidates: Sequence[Segment], scoring: Scoring) -> list[Score]:
+        raise NotImplementedError
+
+    def _accept(self, segment: Segment) -> int:
+        raise NotImplementedError
+
+    def _decode(self, tokens: list[int]) -> str:
+        """The text of drafted tokens as it reads after the context."""
+        return decode_after(self.backend.decode, self.ids[-1], tokens)
+
+    def _extended(self, segment: Segment) -> tuple[int, list[int]]:
+        """The context's tokens with ``segment`` after it (a finished one ends with the
+        end-of-turn token), and where they first differ from the context's own."""
+        ids = self.backend.encode(self.text + segment.text)
+        if segment.finished:
+            ids.append(self.backend.turn_end)
+        return common_prefix(self.ids, ids), ids
+
+    def _candidate(self, segment: Segment) -> tuple[int, list[int]]:
+        """Where a candidate's tokens start in the context, and the tokens: those of the
+        context and candidate read as one text, after their common start with the context
+        (so a token merged across the join is the candidate's)."""
+        start, ids = self._extended(segment)
+        if start == len(ids):
+            raise ValueError("cannot score an empty candidate that does not end the turn")
+        return start, ids[start:]
+
+    def _grow(self, segment: Segment) -> tuple[int, int]:
+        """Append the segment to the context; return where the new tokens start and how
+        many tokens the context grew by."""
+        start, ids = self._extended(segment)
+        grew, self.ids = len(ids) - len(self.ids), ids
+        self.text += segment.text
+        return start, grew

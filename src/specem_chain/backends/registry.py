@@ -1,0 +1,83 @@
+"""One registry of backends: a member's backend (its loaded weights, or its server's
+connection pool) is made once per process and shared by every request, which opens a
+session of its own on it."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Hashable, Sequence
+from typing import Protocol
+
+from ..engine.types import MemberSession, Message, Sampling, Tool
+from ..errors import EnsembleError
+from ..members import Member
+
+
+class Backend(Protocol):
+    """What is shared and heavy about one member; :meth:`open` starts a request on it."""
+
+    async def open(self, messages: Sequence[Message], tools: Sequence[Tool] = ()) -> MemberSession:
+        """A session for one request: the conversation rendered with the member's chat
+        template (tools included) and read into the member's context."""
+        ...
+
+
+_lock = threading.Lock()
+_backends: dict[Hashable, Backend] = {}
+
+
+def key(member: Member) -> Hashable:
+    """What makes two members share one backend: the same model in the same place, or the
+    same server with the same connection settings (a member's sampling and role are the
+    request's, not the backend's)."""
+    if member.remote:
+        return member.model_copy(update={"sampling": Sampling(), "role": "both"})
+    return (member.backend, member.source, member.device, member.dtype)
+
+
+def backend(member: Member) -> Backend:
+    """The member's backend, made on first use (loading a local model blocks: call it off
+    the event loop). A built-in name must be resolved to files first
+    (:func:`specem_chain.models.resolve`)."""
+    with _lock:
+        found = _backends.get(key(member))
+        if found is None:
+            found = _backends[key(member)] = _make(member)
+        return found
+
+
+def _make(member: Member) -> Backend:
+    if member.kind == "tgi":
+        from .tgi import TGIBackend
+
+        return TGIBackend(member)
+    if member.kind == "openai":
+        from .openai_completions import OpenAICompletionsBackend
+
+        return OpenAICompletionsBackend(member)
+    if member.backend == "llamacpp":
+        try:
+            from .llamacpp import LlamaCppBackend
+        except ImportError as error:
+            raise EnsembleError(
+                f"member {member.label!r} runs on llama.cpp and needs the llamacpp extra: "
+                "pip install 'specem-chain[llamacpp]'"
+            ) from error
+        return LlamaCppBackend.load(member)
+    try:
+        from .transformers import TransformersBackend
+    except ImportError as error:
+        raise EnsembleError(
+            f"member {member.label!r} runs in this process and needs the local extra: "
+            "pip install 'specem-chain[local]'"
+        ) from error
+    return TransformersBackend.load(member)
+
+
+async def open_session(
+    member: Member, messages: Sequence[Message], tools: Sequence[Tool] = ()
+) -> MemberSession:
+    """A session of the member for one request."""
+    found = backend(member) if member.remote else await asyncio.to_thread(backend, member)
+    return await found.open(messages, tools)

@@ -1,0 +1,64 @@
+"""What one round produced, as the engine reports it to the layers above."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from .policy import Verification
+
+FinishReason = Literal["end_of_turn", "length", "stop_sequence"]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One member's draft after boundary cleaning."""
+
+    member: str
+    text: str
+    finished: bool
+    tokens: int
+    """Tokens the member drafted this round (its cost), before cleaning."""
+
+
+@dataclass(frozen=True)
+class RoundTiming:
+    draft_s: float
+    verify_s: float
+    accept_s: float
+
+
+@dataclass(frozen=True)
+class RoundEvent:
+    """What happened in one round."""
+
+    round: int
+    segment: str
+    """The accepted segment (before any stop-sequence cut)."""
+    text: str
+    """Answer text released to the reader this round; the concatenation over rounds is the
+    answer. It lags ``segment`` only while a stop sequence might be starting."""
+    winner: str
+    candidates: tuple[Candidate, ...]
+    verifiers: tuple[str, ...]
+    scores: tuple[tuple[float, ...], ...]
+    """The normalised score matrix: a row per verifier, a column per candidate."""
+    weights: dict[str, float]
+    """Every member's weight after this round's update."""
+    finish_reason: FinishReason | None
+    timing: RoundTiming
+    verified: bool = True
+    """False when no verification was needed (one candidate, or a fast finish)."""
+    answer_tokens: int = 0
+    """Accepted answer length so far, counted in each winner's tokenizer."""
+    drafted_tokens: dict[str, int] = field(default_factory=dict)
+    dropped: dict[str, str] = field(default_factory=dict)
+    """Members dropped in this round, with the reason; they take no further part."""
+    verification: Verification | None = None
+    """What the verifiers said, as the policy saw it (None when not verified)."""
+    rewards: dict[str, float | None] = field(default_factory=dict)
+    """Each member's reward this round (None: no evidence); empty when not verified."""
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None

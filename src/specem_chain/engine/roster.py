@@ -1,0 +1,114 @@
+"""The members of one request: their sessions, who is still live, and their weights.
+
+A session that raises :class:`MemberUnavailable` (a remote member that kept failing) is
+dropped for the rest of the request: it no longer drafts, verifies or accepts, its weight
+becomes zero, and the round's event records the drop. Below ``min_members`` live members,
+or without a live drafter or verifier, the request fails.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from ..errors import EnsembleError, MemberUnavailable
+from .types import MemberSession, Sampling
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Seat:
+    """A member and its session for this request."""
+
+    name: str
+    session: MemberSession
+    sampling: Sampling = field(default_factory=Sampling)
+    drafts: bool = True
+    verifies: bool = True
+
+
+class Roster:
+    """The request's seats, which of them are live, their weights, and the drops so far."""
+
+    def __init__(
+        self, seats: Sequence[Seat], min_members: int, weights: Sequence[float] | None = None
+    ) -> None:
+        names = [seat.name for seat in seats]
+        if len(set(names)) != len(names):
+            raise EnsembleError(f"member names must be unique, got {names}")
+        if not any(s.drafts for s in seats) or not any(s.verifies for s in seats):
+            raise EnsembleError("an ensemble needs at least one drafter and one verifier")
+        if len(seats) < min_members:
+            raise EnsembleError(
+                f"the ensemble has {len(seats)} members, fewer than min_members={min_members}"
+            )
+        if weights is not None and (
+            len(weights) != len(seats) or min(weights) < 0 or math.fsum(weights) <= 0
+        ):
+            raise EnsembleError(
+                f"give one non-negative weight per member, not all zero; got {list(weights)}"
+            )
+        self.seats = list(seats)
+        self.min_members = min_members
+        self.weights = (
+            normalised(weights) if weights is not None else [1.0 / len(seats)] * len(seats)
+        )
+        self.alive = set(range(len(seats)))
+        self.dropped: dict[str, str] = {}
+
+    @property
+    def names(self) -> list[str]:
+        return [seat.name for seat in self.seats]
+
+    def drafters(self) -> list[int]:
+        return [i for i in sorted(self.alive) if self.seats[i].drafts]
+
+    def verifiers(self) -> list[int]:
+        return [i for i in sorted(self.alive) if self.seats[i].verifies]
+
+    async def call(
+        self, indices: Iterable[int], call: Callable[[int], Awaitable[T]]
+    ) -> dict[int, T]:
+        """``call(i)`` for every listed live seat at once; drop the seats whose member is
+        unavailable. Any other error propagates."""
+        calls = [i for i in indices if i in self.alive]
+        results = await asyncio.gather(*(call(i) for i in calls), return_exceptions=True)
+        done: dict[int, T] = {}
+        failed: dict[int, MemberUnavailable] = {}
+        for i, result in zip(calls, results):
+            if isinstance(result, MemberUnavailable):
+                failed[i] = result
+            elif isinstance(result, BaseException):
+                raise result
+            else:
+                done[i] = result
+        self.drop(failed)
+        return done
+
+    def drop(self, failed: dict[int, MemberUnavailable]) -> None:
+        """Take unavailable members out of the request; fail when too few are left."""
+        if not failed:
+            return
+        for i, error in failed.items():
+            self.alive.discard(i)
+            self.dropped[self.seats[i].name] = error.reason
+            self.weights[i] = 0.0
+        if math.fsum(self.weights) > 0:
+            self.weights = normalised(self.weights)
+        why = "; ".join(f"{name}: {reason}" for name, reason in self.dropped.items())
+        if len(self.alive) < self.min_members:
+            raise EnsembleError(
+                f"only {len(self.alive)} of {len(self.seats)} members are left, fewer than "
+                f"min_members={self.min_members}; dropped {why}"
+            )
+        if not self.drafters() or not self.verifiers():
+            raise EnsembleError(f"no drafter or no verifier is left; dropped {why}")
+
+
+def normalised(weights: Sequence[float]) -> list[float]:
+    total = math.fsum(weights)
+    return [w / total for w in weights]

@@ -1,0 +1,129 @@
+"""The engine's vocabulary: what a member is asked to do, and what it answers.
+
+Everything above the engine (backends, the request layer, the front ends) speaks these
+types; the engine imports nothing above itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol, TypedDict
+
+from pydantic import BaseModel, ConfigDict, Field
+from typing_extensions import NotRequired
+
+Scoring = Literal["mean_logprob", "mean_logit"]
+"""Per-token score a verifier averages over a candidate: log-probability or raw logit."""
+
+
+class Sampling(BaseModel):
+    """How a member samples its drafts."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    temperature: float = Field(0.6, ge=0.0, description="0 means greedy decoding.")
+    top_p: float = Field(0.9, gt=0.0, le=1.0)
+
+
+@dataclass(frozen=True)
+class Draft:
+    """A member's sampled continuation of at most ``window`` tokens."""
+
+    text: str
+    tokens: int
+    finished: bool
+    """True when the member ended its turn (end-of-turn token or its own stop text)."""
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Text to score or accept. A finished segment also ends the turn."""
+
+    text: str
+    finished: bool = False
+
+    @property
+    def units(self) -> int:
+        """Its length in the unit that compares across tokenizers: UTF-8 bytes, plus one for
+        the end of the turn."""
+        return len(self.text.encode()) + self.finished
+
+
+@dataclass(frozen=True)
+class Score:
+    """A verifier's view of one candidate: its mean per-token score and its length in the
+    verifier's own tokens (so ``mean * tokens`` is the candidate's total log-probability)."""
+
+    mean: float
+    tokens: int
+
+
+class MemberSession(Protocol):
+    """One member's state for one request: its rendered conversation and token context.
+
+    A session is created per request and never shared, so concurrent requests are safe. Its
+    context is always its tokenizer's reading of the rendered conversation followed by the
+    accepted answer text, as one text: a token that merges across a segment's start is read
+    as the merged token, the same way for every backend.
+    """
+
+    @property
+    def prompt_tokens(self) -> int:
+        """Tokens of the rendered conversation, in this member's tokenizer."""
+        ...
+
+    async def draft(self, window: int, sampling: Sampling, seed: int) -> Draft:
+        """Sample a continuation of the current context, at most ``window`` tokens."""
+        ...
+
+    async def score(self, candidates: Sequence[Segment], scoring: Scoring) -> list[Score]:
+        """Each candidate's mean per-token score as a continuation of the context.
+
+        The candidate's tokens are those of the context followed by the candidate, after
+        their common start with the context's own tokens. With ``mean_logprob`` the
+        per-token score is the log-probability; with ``mean_logit`` the raw logit. A
+        finished candidate is scored together with this member's own end-of-turn token, so
+        an empty finished candidate ("stop here") gets the probability of stopping.
+        """
+        ...
+
+    async def accept(self, segment: Segment) -> int:
+        """Append the winning segment to the context; return the tokens the context grew by."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release what the session holds (KV cache, connections)."""
+        ...
+
+
+# -- conversations -------------------------------------------------------------------------
+
+
+class Function(TypedDict):
+    name: str
+    arguments: dict[str, Any]
+
+
+class ToolCall(TypedDict):
+    """A tool call in an assistant turn, as chat templates take it."""
+
+    id: str
+    type: Literal["function"]
+    function: Function
+
+
+class Message(TypedDict):
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str
+    tool_calls: NotRequired[list[ToolCall]]
+    """An assistant turn's tool calls."""
+    tool_call_id: NotRequired[str]
+    """A tool turn's answer to this call."""
+    name: NotRequired[str]
+    """A tool turn's tool."""
+
+
+Tool = dict[str, Any]
+"""A tool in the OpenAI format: ``{"type": "function", "function": {"name", "description",
+"parameters"}}``."""

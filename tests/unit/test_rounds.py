@@ -1,0 +1,139 @@
+"""The engine's rules, round by round, with scripted members (no model runs)."""
+
+from __future__ import annotations
+
+import pytest
+from scripted import ScriptedSession, events, likes, seat
+
+from specem_chain.engine import AnswerFormat
+from specem_chain.engine.answer_text import AnswerText
+from specem_chain.engine.loop import round_seed
+from specem_chain.engine.rounds import REDRAFTS
+from specem_chain.engine.types import Draft, Segment
+from specem_chain.errors import AnswerFormatError, EnsembleError
+
+
+def test_the_answer_text_holds_back_what_could_start_a_stop_sequence():
+    answer = AnswerText(stop=("STOP",), max_tokens=100)
+    assert not answer.append("one ST")
+    assert answer.release(final=False) == "one "
+    assert not answer.append("x")
+    assert answer.release(final=False) == "STx"
+    assert answer.append(" then STOP here")
+    assert answer.text == "one STx then "
+    assert answer.release(final=True) == " then "
+
+
+def test_the_answer_counts_at_least_one_token_a_round_and_stops_at_the_limit():
+    answer = AnswerText(stop=(), max_tokens=3)
+    assert answer.window(10) == 3
+    assert not answer.count(0) and answer.tokens == 1
+    assert answer.window(10) == 2
+    assert answer.count(5)
+
+
+async def test_the_weighted_favourite_wins_and_every_member_accepts_it():
+    a = ScriptedSession("a", [" alpha", Draft(" end", 1, True)], likes("alpha"))
+    b = ScriptedSession("b", [" beta", Draft(" fin", 1, True)], likes("alpha"))
+    rounds = await events(a, b)
+    assert rounds[0].winner == "a" and rounds[0].segment == " alpha"
+    assert a.accepted == b.accepted == [" alpha"]
+    assert rounds[-1].finish_reason == "end_of_turn"
+    assert "".join(e.text for e in rounds) == " alpha end"
+
+
+async def test_a_stop_sequence_ends_the_answer_before_it_and_nothing_is_accepted():
+    # each draft is cut back to its last word boundary: " one two", " three STOP"
+    a = ScriptedSession("a", [" one two ", " three STOP four"])
+    rounds = await events(a, stop=("STOP",))
+    assert "".join(e.text for e in rounds) == " one two three "
+    assert rounds[-1].finish_reason == "stop_sequence"
+    assert a.accepted == [" one two"]  # the last segment ends the answer, unaccepted
+
+
+async def test_the_length_limit_ends_the_answer():
+    a = ScriptedSession("a", [" one two three "])  # three tokens a round, as it accepts them
+    rounds = await events(a, max_tokens=7)
+    assert [e.answer_tokens for e in rounds] == [3, 6, 9]
+    assert rounds[-1].finish_reason == "length"
+
+
+async def test_fast_finish_takes_a_finished_draft_unverified():
+    a = ScriptedSession("a", [Draft(" done", 1, True)], likes("going"))
+    b = ScriptedSession("b", [" going on"], likes("going"))
+    slow, fast = await events(a, b), await events(a, b, fast_finish=True)
+    assert slow[0].verified and slow[0].winner == "b"
+    assert not fast[0].verified and fast[0].winner == "a"
+    assert fast[0].finish_reason == "end_of_turn"
+
+
+async def test_a_verify_only_member_scores_every_round_but_never_drafts():
+    drafter = ScriptedSession("drafter", [" x", " y", Draft("", 1, True)])
+    judge = ScriptedSession("judge", [" never"], likes("x"))
+    rounds = await events(seat(drafter), seat(judge, "verifier"))
+    assert judge.drafted == 0
+    assert all(e.verifiers == ("drafter", "judge") for e in rounds if e.verified)
+    assert all([c.member for c in e.candidates] == ["drafter"] for e in rounds)
+    assert judge.accepted == drafter.accepted
+
+
+async def test_a_round_of_empty_drafts_is_drafted_again_with_new_seeds():
+    a = ScriptedSession("a", ["", "", " finally", Draft("", 1, True)])
+    rounds = await events(a)
+    assert rounds[0].segment == " finally"
+    assert a.seeds[:3] == [round_seed(0, 1, 0, attempt) for attempt in range(3)]
+    assert rounds[0].drafted_tokens == {"a": 3}  # every attempt's tokens are counted
+
+
+async def test_members_that_only_draft_nothing_fail_with_a_clear_error():
+    with pytest.raises(EnsembleError, match=f"empty segment {REDRAFTS} times"):
+        await events(ScriptedSession("a", [""]), ScriptedSession("b", [""]))
+
+
+async def test_a_constraint_leaves_out_candidates_before_verification():
+    def no_digits(answer: str, segment: Segment) -> Segment | None:
+        return None if any(c.isdigit() for c in segment.text) else segment
+
+    a = ScriptedSession("a", [" 42", Draft("", 1, True)], likes("42"))
+    b = ScriptedSession("b", [" words", Draft("", 1, True)], likes("42"))
+    rounds = await events(a, b, answer_format=AnswerFormat(constraint=no_digits))
+    assert [c.member for c in rounds[0].candidates] == ["b"]
+    assert rounds[0].winner == "b" and not rounds[0].verified
+
+
+async def test_no_candidate_fitting_the_format_is_a_clear_error():
+    rejected = AnswerFormat(constraint=lambda answer, segment: None)
+    with pytest.raises(AnswerFormatError, match="broke the answer's required format"):
+        await events(ScriptedSession("a", [" x"]), answer_format=rejected)
+
+
+async def test_a_prefix_is_accepted_by_every_member_before_the_first_round():
+    a, b = ScriptedSession("a", [Draft(" x", 1, True)]), ScriptedSession("b", [" y"])
+    rounds = await events(a, b, answer_format=AnswerFormat(prefix="{"))
+    assert a.accepted[0] == b.accepted[0] == "{"
+    assert rounds[0].text.startswith("{")
+
+
+async def test_starting_weights_decide_an_unverified_tie_and_are_normalised():
+    a = ScriptedSession("a", [Draft(" a", 1, True)])
+    b = ScriptedSession("b", [Draft(" b", 1, True)])
+    rounds = await events(a, b, weights=[1.0, 3.0], fast_finish=True)
+    assert rounds[0].winner == "b"
+    assert rounds[0].weights == {"a": 0.25, "b": 0.75}
+
+
+@pytest.mark.parametrize("weights", [[1.0], [1.0, -1.0], [0.0, 0.0]])
+async def test_bad_starting_weights_are_refused(weights):
+    with pytest.raises(EnsembleError, match="one non-negative weight per member"):
+        await events(ScriptedSession("a"), ScriptedSession("b"), weights=weights)
+
+
+async def test_a_round_event_carries_what_the_verifiers_said():
+    a = ScriptedSession("a", [" aa", Draft("", 1, True)], likes("aa", -0.5, -2.0))
+    b = ScriptedSession("b", [" b", Draft("", 1, True)], likes("b", -0.25, -1.0))
+    first = (await events(a, b))[0]
+    v = first.verification
+    assert v is not None and v.verifiers == (0, 1) and v.drafters == (0, 1)
+    assert v.means == ((-0.5, -2.0), (-1.0, -0.25))
+    assert v.units == (3, 2) and v.tokens == ((3, 2), (3, 2))
+    assert set(first.rewards) == {"a", "b"}

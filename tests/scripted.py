@@ -49,7 +49,9 @@ class ScriptedSession:
         if self.fail_after is not None and self.calls > self.fail_after:
             raise MemberUnavailable(self.name, "connection refused")
 
-    async def draft(self, window: int, sampling: Sampling, seed: int) -> Draft:
+    async def draft(
+        self, window: int, sampling: Sampling, seed: int, run_on: bool = False
+    ) -> Draft:
         self._tick()
         self.seeds.append(seed)
         draft = self.drafts[min(self.drafted, len(self.drafts) - 1)]

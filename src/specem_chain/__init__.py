@@ -2,6 +2,7 @@
 
 from .chat_model import SpecEMChatModel
 from .engine import EngineConfig
+from .feedback import Feedback
 from .members import Member, Sampling
 from .report import report
 from .request import Answer, Request, RequestSettings, Update, open_request
@@ -9,6 +10,7 @@ from .request import Answer, Request, RequestSettings, Update, open_request
 __all__ = [
     "Answer",
     "EngineConfig",
+    "Feedback",
     "Member",
     "Request",
     "RequestSettings",

@@ -24,6 +24,7 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 from .answer_formats import request_format
 from .engine.tool_calls import TOOL_CALL_CLOSE, TOOL_CALL_OPEN, ParsedCall
 from .engine.types import Message
+from .feedback import Feedback
 from .members import Member
 from .models import DEFAULT_MEMBERS
 from .request import Answer, RequestSettings, open_request, segment_record
@@ -56,6 +57,12 @@ class SpecEMChatModel(BaseChatModel, RequestSettings):
         default_factory=lambda: [Member(source=name) for name in DEFAULT_MEMBERS]
     )
     stop: list[str] | None = None
+    feedback: Feedback | None = Field(
+        None,
+        exclude=True,
+        description="Task-level feedback: weights carried from one answer to the next "
+        "(a Feedback object this model updates after each answer).",
+    )
 
     @field_validator("members", mode="before")
     @classmethod
@@ -176,6 +183,7 @@ class SpecEMChatModel(BaseChatModel, RequestSettings):
             tools=[convert_to_openai_tool(t) for t in kwargs.get("tools") or ()],
             tool_choice=kwargs.get("tool_choice"),
             response_format=kwargs.get("response_format"),
+            feedback=self.feedback,
         )
         calls = ToolCallIds()
         async with request as run:
@@ -213,6 +221,7 @@ class SpecEMChatModel(BaseChatModel, RequestSettings):
             "specem": {
                 "finish_reason": answer.finish_reason,
                 "wins": answer.wins,
+                "start_weights": answer.start_weights,
                 "weights": answer.weights,
                 "usage": usage["per_member"],
                 "answer_tokens": usage["answer_tokens"],

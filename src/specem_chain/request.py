@@ -28,6 +28,7 @@ from .engine.config import EngineSettings
 from .engine.tool_calls import ParsedCall, ToolCallSplitter
 from .engine.types import MemberSession, Message, Sampling
 from .errors import EnsembleError, MemberUnavailable
+from .feedback import Feedback
 from .members import Member
 from .models import resolve
 
@@ -80,6 +81,8 @@ class Answer:
     rounds: list[RoundEvent] = field(default_factory=list)
     unavailable: dict[str, str] = field(default_factory=dict)
     """Members that could not be reached when the request started, with the reason."""
+    start_weights: dict[str, float] = field(default_factory=dict)
+    """The members' weights at the start: uniform, or the task's (:class:`Feedback`)."""
 
     def add(self, event: RoundEvent) -> None:
         self.rounds.append(event)
@@ -145,6 +148,7 @@ class Answer:
             "segments": self.segments(),
             "members": self.members,
             "wins": self.wins,
+            "start_weights": self.start_weights,
             "weights": self.weights,
             "usage": self.usage(),
             "finish_reason": self.finish_reason,
@@ -166,6 +170,8 @@ def segment_record(event: RoundEvent) -> dict[str, Any]:
         "weights": event.weights,
         "dropped": event.dropped,
     }
+    if event.resting:
+        record["resting"] = list(event.resting)
     if event.verification is not None:
         v = event.verification
         record["verification"] = {
@@ -207,6 +213,7 @@ class Request:
         tools: Sequence[dict[str, Any]] | None = None,
         tool_choice: Any = None,
         response_format: dict[str, Any] | None = None,
+        feedback: Feedback | None = None,
     ) -> None:
         settings = settings or RequestSettings()
         if not members:
@@ -222,6 +229,7 @@ class Request:
             )
         self.members = settings.tuned(members)
         self.timeout = settings.answer_timeout
+        self.feedback = feedback
         self.format = request_format(tools, tool_choice, response_format)
         self.messages = list(messages)
         if self.format.instruction:
@@ -240,7 +248,13 @@ class Request:
         except BaseException:
             await self.aclose()
             raise
-        self._rounds = run_rounds(seats, self.config, self.format.answer)
+        start = (
+            self.feedback.weights([s.name for s in seats])
+            if self.feedback
+            else {s.name: 1.0 / len(seats) for s in seats}
+        )
+        self.answer.start_weights = start
+        self._rounds = run_rounds(seats, self.config, self.format.answer, list(start.values()))
         return self
 
     async def _in_time(self, step: Awaitable[T]) -> T:
@@ -299,6 +313,8 @@ class Request:
             except StopAsyncIteration:
                 return
             self.answer.add(event)
+            if event.finished and self.feedback is not None:
+                self.feedback.record(self.answer.weights, self.answer.dropped)
             yield self._update(event)
 
     def _update(self, event: RoundEvent) -> Update:
@@ -322,6 +338,7 @@ def open_request(
     settings: RequestSettings | None = None,
     **options: Any,
 ) -> Request:
-    """A :class:`Request`; ``options`` are ``stop``, ``tools``, ``tool_choice`` and
-    ``response_format``."""
+    """A :class:`Request`; ``options`` are ``stop``, ``tools``, ``tool_choice``,
+    ``response_format`` and ``feedback`` (a :class:`~specem_chain.feedback.Feedback`: the
+    task's weights, which the request starts from and updates when it ends)."""
     return Request(members, messages, settings, **options)

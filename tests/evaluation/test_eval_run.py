@@ -9,9 +9,20 @@ import json
 import pytest
 from rich.console import Console
 
-from specem_chain.evaluation.run import ResultStore, ResumeError, open_store, run
-from specem_chain.evaluation.systems import MBR, Output, Solos, Vote
+from specem_chain.evaluation.run import ResultStore, ResumeError, open_store, ordered, run
+from specem_chain.evaluation.systems import (
+    MBR,
+    Ensemble,
+    Output,
+    Settings,
+    Solos,
+    Vote,
+    build_systems,
+    split_names,
+    variant,
+)
 from specem_chain.evaluation.tasks import TASKS, Example
+from specem_chain.members import Member
 
 TASK = TASKS["gsm8k"]
 EXAMPLES = [Example(str(i), i, f"question {i}", str(i)) for i in range(3)]
@@ -116,3 +127,65 @@ def test_mbr_picks_the_answer_closest_to_the_others():
     assert result.details["chosen"] == "m2"
     # mean ROUGE-L F1 to the others: m0 (8/9 + 4/9) / 2, m1 (4/9 + 1/2) / 2, m2 (8/9 + 1/2) / 2
     assert result.details["scores"] == pytest.approx([2 / 3, 17 / 36, 25 / 36])
+
+
+def test_variant_names_carry_their_settings():
+    assert split_names("member:a, specem[policy=pool,gate=0.5], rank") == [
+        "member:a",
+        "specem[policy=pool,gate=0.5]",
+        "rank",
+    ]
+    assert variant("specem[policy=pool, gate=0.5, feedback=task, run_on=true]") == {
+        "policy": "pool",
+        "gate": 0.5,
+        "run_on": True,
+        "feedback": True,
+    }
+    assert variant("specem-no-feedback") == {"learning_rate": 0.0}
+    assert variant("rank") is None
+    with pytest.raises(ValueError, match="window"):
+        variant("specem[window=0]")
+    with pytest.raises(ValueError, match=r"unknown settings \['colour'\]"):
+        variant("specem[colour=red]")
+    with pytest.raises(ValueError, match="feedback is 'task' or 'none'"):
+        variant("specem[feedback=forever]")
+
+
+def test_the_run_order_is_the_files_or_a_seeded_shuffle():
+    examples = [Example(str(i), i, "q", "1") for i in range(10)]
+    assert ordered(examples, "stored") == examples
+    shuffled = ordered(examples, "shuffle:1")
+    assert shuffled == ordered(examples, "shuffle:1") != examples
+    assert sorted(e.index for e in shuffled) == list(range(10))
+    with pytest.raises(ValueError, match="'stored' or 'shuffle:N'"):
+        ordered(examples, "random")
+
+
+def test_task_feedback_carries_over_examples_and_resumes_from_the_store(tmp_path, tiny_models):
+    members = [Member(source=str(tiny_models[n])) for n in ("llama", "qwen2")]
+    settings = Settings(seed=0, max_tokens=12)
+    name = "specem[policy=pool,feedback=task,learning_rate=4]"
+
+    def system() -> Ensemble:
+        [built] = build_systems([name], members, TASK, settings)
+        assert isinstance(built, Ensemble) and built.feedback is not None
+        return built
+
+    store = ResultStore(tmp_path / "results.jsonl")
+    whole = system()
+    go(store, [whole])
+    records = [store.get(name, e.id) for e in EXAMPLES]
+    assert records[1]["details"]["start_weights"] != records[0]["details"]["start_weights"]
+    rounds = [json.loads(x) for x in (tmp_path / "rounds.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in rounds] == ["0", "1", "2"] and "rounds" not in records[0]["details"]
+
+    # a run stopped after two examples takes the task's weights back when resumed
+    partial = ResultStore(tmp_path / "partial" / "results.jsonl")
+    (tmp_path / "partial").mkdir()
+    for record in records[:2]:
+        partial.add(json.loads(json.dumps(record)))
+    resumed = system()
+    go(partial, [resumed])
+    last = partial.get(name, "2")
+    assert last["details"]["start_weights"] == records[2]["details"]["start_weights"]
+    assert last["text"] == records[2]["text"]

@@ -12,6 +12,7 @@ from specem_chain.evaluation.summary import (
     bootstrap,
     compare_with_best_member,
     markdown,
+    mcnemar_exact,
     score_answers,
     summarise,
     write,
@@ -100,16 +101,19 @@ def test_each_system_is_compared_with_the_best_member_example_by_example(tmp_pat
     assert comparison is not None
     best, paired = comparison
     assert best == "member:strong"
-    assert paired == {
-        "member:weak": {"better": 1, "worse": 2, "n": 4},
-        "specem": {"better": 2, "worse": 1, "n": 4},
-        "rank": {"better": 0, "worse": 0, "n": 3},
-    }
+    counts = {s: (p["better"], p["worse"], p["n"]) for s, p in paired.items()}
+    assert counts == {"member:weak": (1, 2, 4), "specem": (2, 1, 4), "rank": (0, 0, 3)}
+    assert paired["specem"]["difference"] == pytest.approx(0.25)  # (+1 +1 -1 +0) / 4
+    assert paired["specem"]["ci_low"] <= 0.25 <= paired["specem"]["ci_high"]
+    # exact McNemar: 2 against 1 discordant pairs, P(X <= 1 | n=3, 1/2) = 4/8, two-sided 1.0
+    assert paired["specem"]["p_value"] == 1.0
+    assert paired["rank"]["difference"] == 0.0 and paired["rank"]["p_value"] == 1.0
     write(summary, tmp_path, "gsm8k", comparison)
     lines = (tmp_path / "summary.md").read_text().splitlines()
-    assert lines[2].endswith("| n | vs member:strong: better / worse |")
-    assert "| specem | 0.750 [" in lines[6] and lines[6].endswith("| 4 | 2 / 1 |")
-    assert lines[5].endswith("| 4 | |")  # the best member itself
+    assert lines[2].endswith("| n | vs member:strong: better / worse | difference (95% CI) | p |")
+    assert "| specem | 0.750 [" in lines[6] and "| 4 | 2 / 1 | +0.250 [" in lines[6]
+    assert lines[6].endswith("| 1.000 |")
+    assert lines[5].endswith("| 4 | | | |")  # the best member itself
     assert json.loads((tmp_path / "paired.json").read_text())["best_member"] == "member:strong"
 
 
@@ -121,3 +125,12 @@ def test_without_a_finished_member_there_is_no_comparison(tmp_path):
     scores = score_answers(task, store, ["member:a", "specem"], examples)
     summary = summarise(task, scores)
     assert compare_with_best_member(task, scores, summary, ["member:a"]) is None
+
+
+@pytest.mark.parametrize(
+    ("better", "worse", "p"),
+    [(0, 0, 1.0), (5, 0, 0.0625), (10, 2, 0.0386), (2, 10, 0.0386), (30, 30, 1.0)],
+)
+def test_mcnemar_is_the_exact_two_sided_binomial_test(better, worse, p):
+    # checked against scipy.stats.binomtest(min, n, 0.5).pvalue
+    assert mcnemar_exact(better, worse) == pytest.approx(p, abs=5e-4)

@@ -19,6 +19,7 @@ LAYERS = {
     "models": 3,
     "backends": 4,
     "answer_formats": 5,
+    "feedback": 5,
     "request": 5,
     "chat_model": 6,
     "structured_output": 6,

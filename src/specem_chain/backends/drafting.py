@@ -16,6 +16,9 @@ MAX_CHARACTER_TOKENS = 3
 """Extra tokens a draft may take past its window to finish a character whose bytes the
 window cut apart (UTF-8 has at most 4 bytes)."""
 
+RUN_ON_TOKENS = 8
+"""Extra tokens a draft that runs on may take past its window to finish its last word."""
+
 
 def draft_tokens(
     first: L,
@@ -26,26 +29,40 @@ def draft_tokens(
     decode: Callable[[list[int]], str],
     window: int,
     room: int,
-) -> tuple[list[int], bool]:
+    run_on: bool = False,
+) -> tuple[list[int], bool, bool]:
     """Sample up to ``window`` tokens from ``first`` on (``step(tokens)`` gives the logits
-    after the tokens so far); return them and whether the member ended its turn.
+    after the tokens so far); return them, whether the member ended its turn, and whether
+    they end where a word ends.
 
     Past the window, drafting goes on only to complete a character whose bytes the window
-    cut apart, and never past ``room`` tokens (what the member's context has left).
+    cut apart or, with ``run_on``, to the end of the current word (the token that would
+    start the next one is sampled and left out), up to :data:`RUN_ON_TOKENS` more; never
+    past ``room`` tokens (what the member's context has left).
     """
     tokens: list[int] = []
-    logits, limit = first, min(window + MAX_CHARACTER_TOKENS, room)
+    extra = RUN_ON_TOKENS if run_on else MAX_CHARACTER_TOKENS
+    logits, limit = first, min(window + extra, room)
     while len(tokens) < limit:
         token = sample(logits, tokens)
         if token in end_of_turn:
-            return tokens, True
+            return tokens, True, False
+        if run_on and len(tokens) >= window and _starts_word(decode, tokens, token):
+            return tokens, False, True
         tokens.append(token)
-        if len(tokens) >= limit or (
-            len(tokens) >= window and not decode(tokens).endswith("\ufffd")
-        ):
+        text = decode(tokens) if len(tokens) >= window else ""
+        if run_on and text.endswith("\n"):
+            return tokens, False, True
+        if len(tokens) >= limit or (text and not run_on and not text.endswith("\ufffd")):
             break
         logits = step(tokens)
-    return tokens, False
+    return tokens, False, False
+
+
+def _starts_word(decode: Callable[[list[int]], str], tokens: list[int], token: int) -> bool:
+    """Whether ``token`` after ``tokens`` starts with white space (a new word)."""
+    before = decode(tokens)
+    return not before.endswith("\ufffd") and decode([*tokens, token])[len(before) :][:1].isspace()
 
 
 def decode_after(detokenize: Callable[[list[int]], str], anchor: int, tokens: list[int]) -> str:

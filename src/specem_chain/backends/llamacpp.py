@@ -37,7 +37,7 @@ from llama_cpp._internals import LlamaSampler, LlamaTokenDataArray
 from ..engine.types import Draft, Message, Sampling, Score, Scoring, Segment, Tool
 from ..errors import MemberSpecError
 from ..members import Member, model_files
-from .drafting import check_prompt, common_prefix, draft_tokens, finish_draft
+from .drafting import check_prompt, common_prefix, draft_tokens
 from .local import LocalSession
 from .template import ChatTemplate
 
@@ -305,7 +305,7 @@ class LlamaCppSession(LocalSession):
     async def aclose(self) -> None:
         await asyncio.to_thread(self.backend.release, self)
 
-    def _draft(self, window: int, sampling: Sampling, seed: int) -> Draft:
+    def _draft(self, window: int, sampling: Sampling, seed: int, run_on: bool) -> Draft:
         backend = self.backend
         sampler = TokenSampler(backend.llm.n_vocab(), sampling, seed)
         rows: list[Logits] = []
@@ -319,7 +319,7 @@ class LlamaCppSession(LocalSession):
             return backend.logits(context, len(context) - 1)[0]
 
         with backend.held(self):
-            tokens, finished = draft_tokens(
+            tokens, finished, at_boundary = draft_tokens(
                 backend.logits(self.ids, len(self.ids) - 1)[0],
                 step,
                 sample,
@@ -327,10 +327,10 @@ class LlamaCppSession(LocalSession):
                 decode=self._decode,
                 window=window,
                 room=backend.max_context - len(self.ids),
+                run_on=run_on,
             )
         self.drafted = (tokens, np.stack(rows)) if rows else None
-        text = self._decode(tokens)
-        return finish_draft(text, len(tokens) + finished, finished, backend.template.stop)
+        return self._finish(tokens, finished, at_boundary)
 
     def _score(self, candidates: Sequence[Segment], scoring: Scoring) -> list[Score]:
         spans = [self._candidate(c) for c in candidates]

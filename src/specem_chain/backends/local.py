@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Protocol
 
 from ..engine.types import Draft, Sampling, Score, Scoring, Segment
-from .drafting import common_prefix, decode_after
+from .drafting import common_prefix, decode_after, finish_draft
+from .template import ChatTemplate
 
 
 class LocalBackend(Protocol):
     turn_end: int
     """The token a finished candidate ends with."""
+    template: ChatTemplate
 
     def encode(self, text: str) -> list[int]: ...
 
@@ -36,8 +39,10 @@ class LocalSession:
         """The context: :attr:`text` as the member's tokenizer reads it."""
         self.prompt_tokens = len(self.ids)
 
-    async def draft(self, window: int, sampling: Sampling, seed: int) -> Draft:
-        return await asyncio.to_thread(self._draft, window, sampling, seed)
+    async def draft(
+        self, window: int, sampling: Sampling, seed: int, run_on: bool = False
+    ) -> Draft:
+        return await asyncio.to_thread(self._draft, window, sampling, seed, run_on)
 
     async def score(self, candidates: Sequence[Segment], scoring: Scoring) -> list[Score]:
         return await asyncio.to_thread(self._score, candidates, scoring)
@@ -45,7 +50,7 @@ class LocalSession:
     async def accept(self, segment: Segment) -> int:
         return await asyncio.to_thread(self._accept, segment)
 
-    def _draft(self, window: int, sampling: Sampling, seed: int) -> Draft:
+    def _draft(self, window: int, sampling: Sampling, seed: int, run_on: bool) -> Draft:
         raise NotImplementedError
 
     def _score(self, candidates: Sequence[Segment], scoring: Scoring) -> list[Score]:
@@ -82,3 +87,10 @@ class LocalSession:
         grew, self.ids = len(ids) - len(self.ids), ids
         self.text += segment.text
         return start, grew
+
+    def _finish(self, tokens: list[int], finished: bool, at_boundary: bool) -> Draft:
+        """The draft of ``tokens``: its text, and its cost in tokens read (the end-of-turn
+        token, or the token that starts the next word, counts: it was sampled too)."""
+        cost = len(tokens) + finished + at_boundary
+        draft = finish_draft(self._decode(tokens), cost, finished, self.backend.template.stop)
+        return replace(draft, at_boundary=at_boundary and not draft.finished)

@@ -158,7 +158,9 @@ class OpenAICompletionsSession:
         """The context as the server reads it."""
         self.prompt_tokens = echo.count
 
-    async def draft(self, window: int, sampling: Sampling, seed: int) -> Draft:
+    async def draft(
+        self, window: int, sampling: Sampling, seed: int, run_on: bool = False
+    ) -> Draft:
         response = await self.backend.complete(
             self.context,
             max_tokens=window,

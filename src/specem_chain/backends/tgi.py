@@ -125,7 +125,9 @@ class TGISession:
         self.ids = ids
         self.prompt_tokens = len(ids)
 
-    async def draft(self, window: int, sampling: Sampling, seed: int) -> Draft:
+    async def draft(
+        self, window: int, sampling: Sampling, seed: int, run_on: bool = False
+    ) -> Draft:
         backend = self.backend
         room = backend.max_total_tokens - len(self.ids)
         parameters: dict[str, Any] = {

@@ -26,7 +26,7 @@ from transformers.generation import (
 from ..engine.types import Draft, Message, Sampling, Score, Scoring, Segment, Tool
 from ..errors import MemberSpecError
 from ..members import Member, model_files
-from .drafting import check_prompt, draft_tokens, finish_draft
+from .drafting import check_prompt, draft_tokens
 from .local import LocalSession
 from .template import ChatTemplate, tokenizer_template
 
@@ -171,7 +171,7 @@ class TransformersSession(LocalSession):
     # -- implementations ---------------------------------------------------------------
 
     @torch.inference_mode()
-    def _draft(self, window: int, sampling: Sampling, seed: int) -> Draft:
+    def _draft(self, window: int, sampling: Sampling, seed: int, run_on: bool) -> Draft:
         assert self.next_logits is not None
         generator = torch.Generator(self.backend.device).manual_seed(seed)
         warpers = LogitsProcessorList()
@@ -181,7 +181,7 @@ class TransformersSession(LocalSession):
                 warpers.append(TopPLogitsWarper(sampling.top_p))
         prefix = self.cache.get_seq_length()
         try:
-            tokens, finished = draft_tokens(
+            tokens, finished, at_boundary = draft_tokens(
                 self.next_logits,
                 lambda tokens: self._forward(tokens[-1:])[-1],
                 lambda logits, tokens: _sample(
@@ -191,11 +191,11 @@ class TransformersSession(LocalSession):
                 decode=self._decode,
                 window=window,
                 room=self.backend.max_context - len(self.ids),
+                run_on=run_on,
             )
         finally:
             self._rollback(prefix)
-        text = self._decode(tokens)
-        return finish_draft(text, len(tokens) + finished, finished, self.backend.template.stop)
+        return self._finish(tokens, finished, at_boundary)
 
     @torch.inference_mode()
     def _score(self, candidates: Sequence[Segment], scoring: Scoring) -> list[Score]:

@@ -30,7 +30,9 @@ class ReferenceSession:
         tokenizer = self.backend.tokenizer
         return self.prompt + tokenizer.encode(self.answer, add_special_tokens=False)
 
-    async def draft(self, window: int, sampling: Sampling, seed: int) -> Draft:
+    async def draft(
+        self, window: int, sampling: Sampling, seed: int, run_on: bool = False
+    ) -> Draft:
         return await asyncio.to_thread(self._draft, window, sampling, seed)
 
     async def score(self, candidates: Sequence[Segment], scoring: Scoring) -> list[Score]:

@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from .policy import Judgement, Paper, Verification
+from .policy import Judgement, Paper, Peer, Pool, Verification
 from .types import Scoring
 
-PolicyName = Literal["paper"]
+PolicyName = Literal["paper", "pool", "peer"]
 
 
 class RoundPolicy(Protocol):
@@ -26,7 +26,10 @@ class EngineSettings(BaseModel):
     window: int = Field(10, ge=1, le=512, description="Tokens each member drafts per round.")
     max_tokens: int = Field(256, ge=1, description="Answer length limit, in accepted tokens.")
     policy: PolicyName = Field(
-        "paper", description="How a round's winner is chosen and weights move (see Policies)."
+        "paper",
+        description='How a round\'s winner is chosen and the weights move: "paper" (the '
+        'paper\'s rules), "pool" (per-byte log-probs pooled by weight) or "peer" (no '
+        "member judges its own draft); see Concepts -> Policies.",
     )
     learning_rate: float = Field(
         1.0, ge=0.0, le=100.0, description="Hedge step size; 0 turns online feedback off."
@@ -36,8 +39,22 @@ class EngineSettings(BaseModel):
         description='"mean_logprob" (default) or "mean_logit" (local members only; the '
         "reference code's rule).",
     )
+    run_on: bool = Field(
+        False,
+        description="Drafts run on past the window to the end of their last word instead "
+        "of being cut back to its start (members in this process; servers draft a fixed "
+        "number of tokens and are cut back).",
+    )
     fast_finish: bool = Field(
         False, description="Accept an end-of-turn draft without verifying it."
+    )
+    gate: float = Field(
+        0.0,
+        ge=0.0,
+        lt=1.0,
+        description="A member whose starting weight is below gate/K (K members) does not "
+        "draft in the request; it still verifies. 0: never. With task weights (Feedback) "
+        "a rested member is judged again once their decay brings it back over the gate.",
     )
     seed: int | None = Field(None, ge=0, description="Makes the sampling reproducible.")
     min_members: int = Field(
@@ -46,6 +63,15 @@ class EngineSettings(BaseModel):
         description="Live members a request needs; below it (after members that kept "
         "failing were dropped) the request fails.",
     )
+
+    @model_validator(mode="after")
+    def _per_byte_policies_need_log_probs(self) -> EngineSettings:
+        if self.policy != "paper" and self.scoring != "mean_logprob":
+            raise ValueError(
+                f"policy={self.policy!r} compares log-probs per byte; it needs "
+                f"scoring='mean_logprob', not {self.scoring!r}"
+            )
+        return self
 
 
 class EngineConfig(EngineSettings):
@@ -64,4 +90,7 @@ class EngineConfig(EngineSettings):
 
     def round_policy(self) -> RoundPolicy:
         """The policy named by :attr:`policy`, with these settings."""
-        return Paper(self.learning_rate)
+        return POLICIES[self.policy](self.learning_rate)
+
+
+POLICIES: dict[str, type[Paper] | type[Pool]] = {"paper": Paper, "pool": Pool, "peer": Peer}

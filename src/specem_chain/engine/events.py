@@ -58,6 +58,8 @@ class RoundEvent:
     """What the verifiers said, as the policy saw it (None when not verified)."""
     rewards: dict[str, float | None] = field(default_factory=dict)
     """Each member's reward this round (None: no evidence); empty when not verified."""
+    resting: tuple[str, ...] = ()
+    """Drafters sitting this request out: their starting weight was below the gate."""
 
     @property
     def finished(self) -> bool:

@@ -41,7 +41,7 @@ async def run_rounds(
     out before verification, and a round where every candidate is rejected is redrafted.
     ``weights`` are the members' starting weights (default: uniform).
     """
-    roster = Roster(seats, config.min_members, weights)
+    roster = Roster(seats, config.min_members, weights, config.gate)
     policy = config.round_policy()
     shape = answer_format or AnswerFormat()
     answer = AnswerText(config.stop, config.max_tokens, shape.prefix)
@@ -53,7 +53,7 @@ async def run_rounds(
         started, known_drops = time.perf_counter(), len(roster.dropped)
         window = answer.window(config.window)
         seed = partial(round_seed, base, index)
-        drafted = await draft_round(roster, answer, shape, window, seed, index)
+        drafted = await draft_round(roster, answer, shape, window, seed, index, config.run_on)
         drafted_at = time.perf_counter()
         verdict = await judge_round(roster, drafted, policy, config, index)
         verified_at = time.perf_counter()
@@ -79,6 +79,7 @@ async def run_rounds(
             dropped=dict(list(roster.dropped.items())[known_drops:]),
             verification=verification,
             rewards=dict(zip(names, judgement.rewards)) if verification else {},
+            resting=drafted.resting,
         )
         if finish:
             return

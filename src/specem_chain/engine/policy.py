@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .types import Scoring
 
@@ -166,3 +166,156 @@ class Paper:
         new = hedge_update(weights, member_rewards, self.learning_rate, round_index)
         winner = select(matrix, [new[j] for j in v.verifiers])
         return Judgement(winner, matrix, member_rewards, new)
+
+
+# -- per-byte policies -------------------------------------------------------------------
+
+
+def per_unit(v: Verification) -> list[list[float]]:
+    """``l[j][k]``: verifier j's log-probability of candidate k per UTF-8 byte (its mean
+    per-token log-prob times its length in j's tokens, over its bytes). Tokenizers cut text
+    differently; bytes are the unit in which members' opinions of one text compare."""
+    return [
+        [mean * tokens / max(units, 1) for mean, tokens, units in zip(row, counts, v.units)]
+        for row, counts in zip(v.means, v.tokens)
+    ]
+
+
+def softmax_rows(rows: Sequence[Sequence[float]]) -> list[list[float]]:
+    """Each row as probabilities, ``exp(x) / sum(exp(x))``: the score matrix of a per-byte
+    policy (its log is the per-byte log-prob less a per-row constant)."""
+    matrix = []
+    for row in rows:
+        top = max(row)
+        raw = [math.exp(x - top) for x in row]
+        total = math.fsum(raw)
+        matrix.append([x / total for x in raw])
+    return matrix
+
+
+def peer_rewards(
+    ell: Sequence[Sequence[float]],
+    verifiers: Sequence[int],
+    drafters: Sequence[int],
+    members: int,
+) -> list[float | None]:
+    """Each drafter's share of the pairwise comparisons its candidate wins, judged so that
+    no verifier ever compares its own draft (ties count half; no floor).
+
+    Candidates ``a`` and ``b`` (drafted by ``i`` and ``k``) are compared by every verifier
+    ``j`` that drafted neither: ``a`` wins if ``l[j][a] > l[j][b]``. When ``i`` and ``k``
+    both verify, they give one more comparison between them: ``a`` wins if ``k`` concedes
+    less to ``a`` than ``i`` concedes to ``b``, ``l[k][a] - l[k][b] > l[i][b] - l[i][a]``
+    (each judges the other's draft against its own, so their self-preference cancels).
+    With two members this is the only comparison: the reward is 1 for the draft the two
+    verifiers together give the higher per-byte log-prob, 0 for the other. A member with no
+    candidate, or no comparison, has no reward (None).
+    """
+    row = {seat: j for j, seat in enumerate(verifiers)}
+    won = [0.0] * len(drafters)
+    held = [0] * len(drafters)
+    for a, i in enumerate(drafters):
+        for b, k in enumerate(drafters):
+            if b <= a:
+                continue
+            margins = [ell[j][a] - ell[j][b] for seat, j in row.items() if seat not in (i, k)]
+            if i in row and k in row:
+                margins.append(ell[row[k]][a] - ell[row[k]][b] - ell[row[i]][b] + ell[row[i]][a])
+            for margin in margins:
+                share = 1.0 if margin > 0 else 0.0 if margin < 0 else 0.5
+                won[a] += share
+                won[b] += 1.0 - share
+                held[a] += 1
+                held[b] += 1
+    result: list[float | None] = [None] * members
+    for c, seat in enumerate(drafters):
+        if held[c]:
+            result[seat] = won[c] / held[c]
+    return result
+
+
+POOL_STEP = 0.25
+"""Hedge step per round of the per-byte policies at ``learning_rate=1``: a member that wins
+every comparison for 8 rounds ends with e^2 = 7.4 times its rival's weight."""
+
+
+def hedge_step(
+    weights: Sequence[float], member_rewards: Sequence[float | None], step: float
+) -> list[float]:
+    """A Hedge step of constant size, ``w <- w * exp(step * r)``, renormalised; a member
+    without a reward is neutral (it gets the mean of the others'), and a weight of zero
+    (a dropped member) stays zero."""
+    known = [r for r in member_rewards if r is not None]
+    if step == 0 or not known:
+        return list(weights)
+    neutral = math.fsum(known) / len(known)
+    exponents = [
+        math.log(w) + step * (neutral if r is None else r) if w > 0 else -math.inf
+        for w, r in zip(weights, member_rewards)
+    ]
+    top = max(exponents)
+    raw = [math.exp(e - top) for e in exponents]
+    total = math.fsum(raw)
+    return [x / total for x in raw]
+
+
+def argmax(values: Sequence[float]) -> int:
+    """The index of the largest value; ties go to the lowest index."""
+    return max(range(len(values)), key=lambda k: (values[k], -k))
+
+
+@dataclass(frozen=True)
+class Pool:
+    """Log-linear pooling of per-byte log-probs (a weighted product of the members'
+    distributions): the winner is ``argmax_k sum_j w_j l[j][k]``, with the weights from
+    the rounds before; then :func:`peer_rewards` and a constant :func:`hedge_step`.
+
+    In log space a verifier's preference counts by how sure it is, so a member that finds a
+    rival's segment very unlikely outvotes one that mildly prefers its own; each verifier's
+    own draft gets its self-preference, but so does every rival's from its drafter.
+    """
+
+    learning_rate: float = 1.0
+
+    def judge(self, v: Verification, weights: Sequence[float], round_index: int) -> Judgement:
+        ell = per_unit(v)
+        totals = [
+            math.fsum(weights[seat] * ell[j][k] for j, seat in enumerate(v.verifiers))
+            for k in range(len(v.drafters))
+        ]
+        member_rewards = peer_rewards(ell, v.verifiers, v.drafters, v.members)
+        new = hedge_step(weights, member_rewards, self.learning_rate * POOL_STEP)
+        return Judgement(argmax(totals), softmax_rows(ell), member_rewards, new)
+
+
+@dataclass(frozen=True)
+class Peer(Pool):
+    """Like :class:`Pool`, but no verifier's opinion of its own draft is ever used: two
+    candidates are compared only by the verifiers that drafted neither, and the winner has
+    the largest weighted sum of per-byte margins over its rivals,
+    ``sum_b sum_{j not in {d(a), d(b)}} w_j (l[j][a] - l[j][b])``.
+
+    With two members no third verifier exists, and a round is decided as :class:`Pool`
+    decides it with equal weights: by the two verifiers' per-byte log-probs added up, in
+    which each one's preference for its own draft meets the other's. (Rewards and weights
+    are those of :class:`Pool`.)
+    """
+
+    def judge(self, v: Verification, weights: Sequence[float], round_index: int) -> Judgement:
+        judged = Pool.judge(self, v, weights, round_index)
+        thirds = any(seat not in v.drafters for seat in v.verifiers) or len(v.drafters) > 2
+        if not thirds:
+            equal = Pool.judge(self, v, [1.0] * len(weights), round_index)
+            return replace(judged, winner=equal.winner)
+        ell = per_unit(v)
+        scores = [
+            math.fsum(
+                weights[seat] * (ell[j][a] - ell[j][b])
+                for b, rival in enumerate(v.drafters)
+                if b != a
+                for j, seat in enumerate(v.verifiers)
+                if seat not in (drafter, rival)
+            )
+            for a, drafter in enumerate(v.drafters)
+        ]
+        return replace(judged, winner=argmax(scores))

@@ -35,7 +35,11 @@ class Roster:
     """The request's seats, which of them are live, their weights, and the drops so far."""
 
     def __init__(
-        self, seats: Sequence[Seat], min_members: int, weights: Sequence[float] | None = None
+        self,
+        seats: Sequence[Seat],
+        min_members: int,
+        weights: Sequence[float] | None = None,
+        gate: float = 0.0,
     ) -> None:
         names = [seat.name for seat in seats]
         if len(set(names)) != len(names):
@@ -59,13 +63,26 @@ class Roster:
         )
         self.alive = set(range(len(seats)))
         self.dropped: dict[str, str] = {}
+        self.resting = self._gated(gate)
+        """Drafters that sit this request out: their starting weight is below the gate."""
 
     @property
     def names(self) -> list[str]:
         return [seat.name for seat in self.seats]
 
+    def _gated(self, gate: float) -> frozenset[int]:
+        """The drafters whose weight is below ``gate`` / K; never every drafter: the
+        heaviest always drafts."""
+        drafters = [i for i, seat in enumerate(self.seats) if seat.drafts]
+        low = {i for i in drafters if self.weights[i] < gate / len(self.seats)}
+        if low == set(drafters):
+            low.discard(max(drafters, key=lambda i: (self.weights[i], -i)))
+        return frozenset(low)
+
     def drafters(self) -> list[int]:
-        return [i for i in sorted(self.alive) if self.seats[i].drafts]
+        """The live drafters, but those resting."""
+        live = [i for i in sorted(self.alive) if self.seats[i].drafts]
+        return [i for i in live if i not in self.resting] or live
 
     def verifiers(self) -> list[int]:
         return [i for i in sorted(self.alive) if self.seats[i].verifies]

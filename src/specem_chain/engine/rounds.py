@@ -33,6 +33,8 @@ class Drafted:
     """The seat of each candidate."""
     tokens: dict[str, int]
     """Tokens each drafter drafted this round, over every attempt."""
+    resting: tuple[str, ...] = ()
+    """Live drafters that did not draft: their weight was below the gate."""
 
     @property
     def segments(self) -> list[Segment]:
@@ -46,21 +48,27 @@ async def draft_round(
     window: int,
     seed: Callable[[int, int], int],
     round_index: int,
+    run_on: bool = False,
 ) -> Drafted:
-    """Every live drafter drafts (``seed(seat, attempt)``); drafts are cleaned at their
-    last word boundary and shaped by the answer format. A round where no candidate could
-    move the answer on is redrafted, up to :data:`REDRAFTS` times."""
+    """Every live drafter drafts (``seed(seat, attempt)``), but those resting; drafts are
+    cleaned at their last word boundary and shaped by the answer format. A round where no
+    candidate could move the answer on is redrafted, up to :data:`REDRAFTS` times."""
     seats = roster.seats
+    drafting = roster.drafters()
+    resting = tuple(seats[i].name for i in sorted(roster.resting & roster.alive))
 
     def draft(attempt: int, i: int) -> Awaitable[Draft]:
-        return seats[i].session.draft(window, seats[i].sampling, seed(i, attempt))
+        return seats[i].session.draft(window, seats[i].sampling, seed(i, attempt), run_on)
 
-    tokens = {seats[i].name: 0 for i in roster.drafters()}
+    tokens = {seats[i].name: 0 for i in drafting}
     for attempt in range(REDRAFTS):
-        drafts = await roster.call(roster.drafters(), partial(draft, attempt))
+        drafts = await roster.call(drafting, partial(draft, attempt))
         for i, d in drafts.items():
             tokens[seats[i].name] += d.tokens
-        cleaned = [Segment(clean_boundary(d.text, d.finished), d.finished) for d in drafts.values()]
+        cleaned = [
+            Segment(clean_boundary(d.text, d.finished or d.at_boundary), d.finished)
+            for d in drafts.values()
+        ]
         shaped = [shape.shape(answer.text, segment) for segment in cleaned]
         if all(s is None for s in shaped):  # no whole candidate fits: keep what each can
             shaped = [shape.shape_start(answer.text, segment) for segment in cleaned]
@@ -72,7 +80,9 @@ async def draft_round(
         live = [k for k, c in enumerate(candidates) if c.text or c.finished]
         if live:
             drafters = list(drafts)
-            return Drafted([candidates[k] for k in live], [drafters[k] for k in live], tokens)
+            return Drafted(
+                [candidates[k] for k in live], [drafters[k] for k in live], tokens, resting
+            )
     rejected = [
         f"{seats[i].name}: {d.text!r}" for (i, d), s in zip(drafts.items(), shaped) if s is None
     ]

@@ -34,6 +34,9 @@ class Draft:
     tokens: int
     finished: bool
     """True when the member ended its turn (end-of-turn token or its own stop text)."""
+    at_boundary: bool = False
+    """True when the draft ends where a word ends (it ran on to its member's next word),
+    so it is not cut back to its last word boundary."""
 
 
 @dataclass(frozen=True)
@@ -73,8 +76,12 @@ class MemberSession(Protocol):
         """Tokens of the rendered conversation, in this member's tokenizer."""
         ...
 
-    async def draft(self, window: int, sampling: Sampling, seed: int) -> Draft:
-        """Sample a continuation of the current context, at most ``window`` tokens."""
+    async def draft(
+        self, window: int, sampling: Sampling, seed: int, run_on: bool = False
+    ) -> Draft:
+        """Sample a continuation of the current context, at most ``window`` tokens; with
+        ``run_on``, go on past the window to the end of the word it is in (members that
+        can: servers draft a fixed number of tokens)."""
         ...
 
     async def score(self, candidates: Sequence[Segment], scoring: Scoring) -> list[Score]:

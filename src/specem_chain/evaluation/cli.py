@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from ..members import Backend
+from ..members import Backend, Member
 from ..models import DEFAULT_MEMBERS, builtin
 
 err = Console(stderr=True, highlight=False)
@@ -51,7 +51,8 @@ def eval_command(
         str | None,
         typer.Option(
             help="Comma-separated systems: member:<name>, specem, specem-no-feedback, "
-            "specem-logit, rank, mbr, vote (gsm8k). Default: all."
+            "specem-logit, rank, mbr, vote (gsm8k), or a variant with its settings in "
+            "brackets: 'specem[policy=pool,gate=0.5,feedback=task]'. Default: all."
         ),
     ] = None,
     out_dir: Annotated[
@@ -64,13 +65,26 @@ def eval_command(
         Backend,
         typer.Option(help="Where local members run (llamacpp: about 3x faster on a CPU)."),
     ] = "transformers",
+    order: Annotated[
+        str,
+        typer.Option(
+            help="The order the examples run in: 'stored' (the file's) or 'shuffle:N' (a "
+            "permutation seeded by N). It matters to systems with feedback=task; every "
+            "example keeps its own sampling seed."
+        ),
+    ] = "stored",
 ) -> None:
     """Compare the ensemble with its members and baselines on a task; resumable."""
     try:
         from ..errors import SpecEMError
-        from ..members import Member
         from . import run, summary
-        from .systems import Settings, build_systems, member_system_name, system_names
+        from .systems import (
+            Settings,
+            build_systems,
+            member_system_name,
+            split_names,
+            system_names,
+        )
         from .tasks import TASKS
     except ImportError as error:
         raise _fail(
@@ -80,16 +94,10 @@ def eval_command(
     evaluation = TASKS[task.value]
     out_dir = out_dir or Path("eval") / task.value
     try:
-        ensemble = [
-            Member(source=s, name=b.name if (b := builtin(s)) else None)
-            for s in _split(members) or DEFAULT_MEMBERS
-        ]
-        ensemble = [
-            m.model_copy(update={"backend": backend}) if m.kind == "local" else m for m in ensemble
-        ]
-        examples = evaluation.load(data, limit)
+        ensemble = _ensemble(_split(members) or list(DEFAULT_MEMBERS), backend)
+        examples = run.ordered(evaluation.load(data, limit), order)
         settings = Settings(seed=seed, max_tokens=max_tokens, window=window)
-        names = _split([systems] if systems else None) or system_names(ensemble, evaluation)
+        names = split_names(systems or "") or system_names(ensemble, evaluation)
         chosen = build_systems(names, ensemble, evaluation, settings)
         members_alone = [member_system_name(m) for m in ensemble]
         solo = build_systems(members_alone, ensemble, evaluation, settings)
@@ -102,6 +110,8 @@ def eval_command(
             "window": window,
             "backend": backend,
         }
+        if order != "stored":
+            manifest["order"] = order
         store = run.open_store(out_dir, manifest)
     except (SpecEMError, ValueError) as error:  # pydantic's ValidationError too
         raise _fail(str(error)) from None
@@ -123,6 +133,14 @@ def eval_command(
     summary.write(result, out_dir, title, comparison)
     typer.echo(summary.markdown(result, comparison), nl=False)
     err.print(f"results: {out_dir}/summary.md, summary.json, metrics.json, paired.json, chart.png")
+
+
+def _ensemble(specs: list[str], backend: Backend) -> list[Member]:
+    """The members, built-in ones under their canonical names, local ones on ``backend``."""
+    from ..members import Member
+
+    members = [Member(source=s, name=b.name if (b := builtin(s)) else None) for s in specs]
+    return [m.model_copy(update={"backend": backend}) if m.kind == "local" else m for m in members]
 
 
 def _quiet_transformers() -> None:

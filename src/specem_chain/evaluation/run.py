@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -32,6 +33,9 @@ from . import tasks
 from .systems import Output, System
 
 RESULTS = "results.jsonl"
+ROUNDS = "rounds.jsonl"
+"""Each ensemble answer's rounds as the policy saw them (for ``specem replay``), kept apart
+from the results, which stay small."""
 MANIFEST = "run.json"
 
 
@@ -63,11 +67,33 @@ class ResultStore:
         return self.records.get((system, example_id))
 
     def add(self, record: dict[str, Any]) -> None:
-        with self.path.open("a", encoding="utf-8") as file:
-            file.write(json.dumps(record, ensure_ascii=False) + "\n")
-            file.flush()
-            os.fsync(file.fileno())
+        """Store a result; its rounds (``details["rounds"]``) go to :data:`ROUNDS`, first,
+        so a stored result always has its rounds."""
+        rounds = record.get("details", {}).pop("rounds", None)
+        if rounds is not None:
+            entry = {"system": record["system"], "id": record["id"], "rounds": rounds}
+            _append(self.path.with_name(ROUNDS), entry)
+        _append(self.path, record)
         self.records[record["system"], record["id"]] = record
+
+
+def _append(path: Path, record: dict[str, Any]) -> None:
+    with path.open("a", encoding="utf-8") as file:
+        file.write(json.dumps(record, ensure_ascii=False) + "\n")
+        file.flush()
+        os.fsync(file.fileno())
+
+
+def ordered(examples: Sequence[tasks.Example], order: str) -> list[tasks.Example]:
+    """The examples in the run's order: ``stored`` or ``shuffle:N``."""
+    kind, _, seed = order.partition(":")
+    if kind == "stored" and not seed:
+        return list(examples)
+    if kind == "shuffle" and seed.isdigit():
+        shuffled = list(examples)
+        random.Random(int(seed)).shuffle(shuffled)
+        return shuffled
+    raise ValueError(f"--order must be 'stored' or 'shuffle:N' (N a number), not {order!r}")
 
 
 def open_store(out: Path, manifest: dict[str, Any]) -> ResultStore:
@@ -109,6 +135,10 @@ async def run(
     systems with ``needs_solos`` choose from; they run first where those are missing.
     """
     plan = [(example, _pending(example, systems, member_systems, store)) for example in examples]
+    for system in systems:  # a system that carries weights across examples takes them back
+        if resume := getattr(system, "resume", None):
+            done = [store.get(system.name, e.id) for e in examples]
+            resume(next((r for r in reversed(done) if r is not None), None))
     progress = Progress(
         TextColumn("{task.description}"),
         BarColumn(),

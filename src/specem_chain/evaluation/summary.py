@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TypedDict
@@ -82,11 +83,40 @@ def summarise(task: Task, scores: Scores, seed: int = 0) -> Summary:
 
 
 class Paired(TypedDict):
-    """A system against the best member, example by example, on the headline metric."""
+    """A system against the best member, example by example, on the headline metric: how
+    many examples it scores above and below, the mean difference with a paired bootstrap
+    95% interval, and (for a 0/1 metric such as exact match) the exact McNemar p-value."""
 
     better: int
     worse: int
     n: int
+    difference: float
+    ci_low: float
+    ci_high: float
+    p_value: float | None
+
+
+def paired_bootstrap(
+    differences: Sequence[float], *, seed: int = 0, resamples: int = RESAMPLES
+) -> tuple[float, float, float]:
+    """The mean of paired differences with a percentile bootstrap 95% interval: the
+    examples are resampled together, so what they share cancels out."""
+    data = np.asarray(differences, dtype=float)
+    rng = np.random.default_rng(seed)
+    means = data[rng.integers(0, data.size, size=(resamples, data.size))].mean(axis=1)
+    low, high = np.quantile(means, [0.025, 0.975])
+    return float(data.mean()), float(low), float(high)
+
+
+def mcnemar_exact(better: int, worse: int) -> float:
+    """Two-sided exact McNemar p-value: the binomial probability, under no difference, of
+    discordant pairs split at least this unevenly. (Exact binomial sums, written out rather
+    than adding scipy to the eval extra for one function.)"""
+    n = better + worse
+    if n == 0:
+        return 1.0
+    tail = math.fsum(math.comb(n, k) for k in range(min(better, worse) + 1)) / 2**n
+    return min(1.0, 2 * tail)
 
 
 Comparison = tuple[str, dict[str, Paired]]
@@ -111,9 +141,21 @@ def compare_with_best_member(
     for system, ours in scores.items():
         if system == best or system not in headline:
             continue
-        diffs = [ours[i][metric] - theirs[i][metric] for i in ours if i in theirs]
+        shared = [i for i in ours if i in theirs]
+        if not shared:
+            continue
+        diffs = [ours[i][metric] - theirs[i][metric] for i in shared]
+        binary = all(v[metric] in (0.0, 1.0) for v in (*ours.values(), *theirs.values()))
+        better, worse = sum(d > 0 for d in diffs), sum(d < 0 for d in diffs)
+        mean, low, high = paired_bootstrap(diffs)
         paired[system] = Paired(
-            better=sum(d > 0 for d in diffs), worse=sum(d < 0 for d in diffs), n=len(diffs)
+            better=better,
+            worse=worse,
+            n=len(diffs),
+            difference=mean,
+            ci_low=low,
+            ci_high=high,
+            p_value=mcnemar_exact(better, worse) if binary else None,
         )
     return best, paired
 
@@ -125,8 +167,8 @@ def markdown(summary: Summary, comparison: Comparison | None = None) -> str:
     systems = list(summary[metrics[0]])
     header = "| system | " + " | ".join(f"{m} (95% CI)" for m in metrics) + " | n |"
     if comparison is not None:
-        header += f" vs {comparison[0]}: better / worse |"
-    lines = [header, "|---|" + "---|" * (len(metrics) + 1 + (comparison is not None))]
+        header += f" vs {comparison[0]}: better / worse | difference (95% CI) | p |"
+    lines = [header, "|---|" + "---|" * (len(metrics) + 1 + 3 * (comparison is not None))]
     for system in systems:
         cells = [
             f"{s['score']:.3f} [{s['ci_low']:.3f}, {s['ci_high']:.3f}]"
@@ -135,9 +177,18 @@ def markdown(summary: Summary, comparison: Comparison | None = None) -> str:
         line = f"| {system} | " + " | ".join(cells) + f" | {summary[metrics[0]][system]['n']} |"
         if comparison is not None:
             paired = comparison[1].get(system)
-            line += f" {paired['better']} / {paired['worse']} |" if paired else " |"
+            line += _paired_cells(paired) if paired else " | | |"
         lines.append(line)
     return "\n".join(lines) + "\n"
+
+
+def _paired_cells(paired: Paired) -> str:
+    p = "" if paired["p_value"] is None else f"{paired['p_value']:.3f}"
+    return (
+        f" {paired['better']} / {paired['worse']} |"
+        f" {paired['difference']:+.3f} [{paired['ci_low']:+.3f}, {paired['ci_high']:+.3f}] |"
+        f" {p} |"
+    )
 
 
 def chart(summary: Summary, path: Path, title: str) -> None:

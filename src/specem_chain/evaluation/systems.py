@@ -1,18 +1,22 @@
-"""The systems compared: each member alone, three SpecEM variants, and three baselines that
-pick one of the members' own answers (generate-then-rank, MBR, majority vote).
+"""The systems compared: each member alone, SpecEM variants, and three baselines that pick
+one of the members' own answers (generate-then-rank, MBR, majority vote).
 
 Every system uses the same members, sampling settings and per-example seed. The baselines
-reuse the members' solo answers, so they cost no extra generation.
+reuse the members' solo answers, so they cost no extra generation. A SpecEM variant may name
+its settings in brackets: ``specem[policy=pool,gate=0.5,feedback=task]`` (any request
+setting, and ``feedback=task``: weights carried from each example to the next, in run order).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..backends import open_session
 from ..engine.types import Score, Segment
+from ..feedback import Feedback
 from ..members import Member
 from ..models import resolve
 from ..request import RequestSettings, open_request
@@ -63,12 +67,18 @@ def member_system_name(member: Member) -> str:
 
 
 class Ensemble:
-    """SpecEM over ``members`` (one member: that model alone), with engine ``overrides``."""
+    """SpecEM over ``members`` (one member: that model alone), with request ``overrides``;
+    ``feedback`` carries the weights from each example to the next (task-level feedback)."""
 
     needs_solos = False
 
     def __init__(
-        self, name: str, members: Sequence[Member], settings: Settings, **overrides: Any
+        self,
+        name: str,
+        members: Sequence[Member],
+        settings: Settings,
+        feedback: bool = False,
+        **overrides: Any,
     ) -> None:
         self.name = name
         self.members = list(members)
@@ -76,19 +86,30 @@ class Ensemble:
         self.request = RequestSettings(
             max_tokens=settings.max_tokens, window=settings.window, **overrides
         )
+        self.feedback = Feedback() if feedback else None
+
+    def resume(self, last: Mapping[str, Any] | None) -> None:
+        """Take the task's weights back from this system's last stored answer."""
+        if self.feedback is not None and last is not None:
+            self.feedback = Feedback.from_json(last["details"]["feedback"])
 
     async def answer(self, example: Example, solos: Solos) -> Output:
         settings = self.request.model_copy(update={"seed": self.settings.seed_for(example)})
         messages = [{"role": "user", "content": example.prompt}]
-        async with open_request(self.members, messages, settings) as run:
+        async with open_request(self.members, messages, settings, feedback=self.feedback) as run:
             async for _ in run:
                 pass
         answer = run.answer
-        return Output(
-            text=answer.text,
-            finished=answer.finish_reason != "length",
-            details={"wins": answer.wins, "weights": answer.weights},
-        )
+        details: dict[str, Any] = {
+            "wins": answer.wins,
+            "start_weights": answer.start_weights,
+            "weights": answer.weights,
+        }
+        if len(self.members) > 1:
+            details["rounds"] = answer.segments()
+        if self.feedback is not None:
+            details["feedback"] = self.feedback.to_json()
+        return Output(answer.text, answer.finish_reason != "length", details)
 
 
 class Rank:
@@ -165,6 +186,47 @@ def _pick(solos: Solos, scores: list[float], **details: Any) -> Output:
     )
 
 
+def split_names(text: str) -> list[str]:
+    """Comma-separated system names; commas inside a variant's brackets stay in it."""
+    return [n.strip() for n in re.findall(r"(?:[^,\[]|\[[^\]]*\])+", text) if n.strip()]
+
+
+def variant(name: str) -> dict[str, Any] | None:
+    """The settings a SpecEM variant's name gives (``specem[policy=pool,gate=0.5]``), or
+    None if ``name`` is not one; a bad setting is a ValueError that names it."""
+    if name in SPECEM_VARIANTS:
+        return dict(SPECEM_VARIANTS[name])
+    match = re.fullmatch(r"specem\[(.*)\]", name)
+    if match is None:
+        return None
+    options: dict[str, Any] = {}
+    for item in filter(None, (i.strip() for i in match.group(1).split(","))):
+        key, equals, value = item.partition("=")
+        if not equals:
+            raise ValueError(f"{name}: {item!r} is not a setting=value pair")
+        options[key.strip()] = _value(value.strip())
+    feedback = options.pop("feedback", "none")
+    if feedback not in ("task", "none"):
+        raise ValueError(f"{name}: feedback is 'task' or 'none', not {feedback!r}")
+    unknown = set(options) - set(RequestSettings.model_fields)
+    if unknown:
+        raise ValueError(f"{name}: unknown settings {sorted(unknown)}")
+    RequestSettings.model_validate(options)  # a bad value raises an error that names it
+    return {**options, "feedback": feedback == "task"}
+
+
+def _value(text: str) -> Any:
+    lowered = text.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
 def system_names(members: Sequence[Member], task: Task) -> list[str]:
     """Every system that applies to ``task``, in the order the summary shows them."""
     names = [member_system_name(m) for m in members] + list(SPECEM_VARIANTS)
@@ -176,16 +238,20 @@ def build_systems(
 ) -> list[System]:
     """The systems called ``names``; an unknown name is a ValueError listing the valid ones."""
     valid = system_names(members, task)
-    unknown = [n for n in names if n not in valid]
+    unknown = [n for n in names if n not in valid and variant(n) is None]
     if unknown:
-        raise ValueError(f"unknown systems {unknown} for task {task.name}; choose from {valid}")
+        raise ValueError(
+            f"unknown systems {unknown} for task {task.name}; choose from {valid} or a "
+            "variant such as specem[policy=pool,feedback=task]"
+        )
     solo = {member_system_name(m): m for m in members}
     systems: list[System] = []
     for name in names:
+        options = variant(name)
         if name in solo:
             systems.append(Ensemble(name, [solo[name]], settings))
-        elif name in SPECEM_VARIANTS:
-            systems.append(Ensemble(name, members, settings, **SPECEM_VARIANTS[name]))
+        elif options is not None:
+            systems.append(Ensemble(name, members, settings, **options))
         elif name == "rank":
             systems.append(Rank(members))
         elif name == "mbr":

@@ -29,6 +29,7 @@ app = typer.Typer(
 models_app = typer.Typer(help="The built-in members, which install from the package index.")
 app.add_typer(models_app, name="models")
 app.command("eval")(evaluation_cli.eval_command)
+app.command("replay")(evaluation_cli.replay_command)
 
 COLOURS = ("cyan", "magenta", "green", "yellow", "blue", "red")
 out = Console(highlight=False)

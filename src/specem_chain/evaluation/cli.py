@@ -135,6 +135,37 @@ def eval_command(
     err.print(f"results: {out_dir}/summary.md, summary.json, metrics.json, paired.json, chart.png")
 
 
+def replay_command(
+    folder: Annotated[
+        Path, typer.Argument(exists=True, file_okay=False, help="A specem eval results folder.")
+    ],
+    system: Annotated[str, typer.Option(help="The recorded system to replay.")] = "specem",
+    policy: Annotated[
+        list[str] | None,
+        typer.Option(help="A policy to replay (paper, pool, peer). Repeatable. Default: all."),
+    ] = None,
+    learning_rate: Annotated[float, typer.Option(help="The policies' learning rate.")] = 1.0,
+) -> None:
+    """Replay policies on a run's recorded rounds: how often each makes the recorded
+    choice, and whose drafts it picks. At no model cost."""
+    from ..engine import EngineConfig
+    from ..engine.config import POLICIES
+    from . import replay
+
+    try:
+        answers = replay.load(folder, system)
+        policies = {
+            name: EngineConfig(policy=name, learning_rate=learning_rate).round_policy()  # type: ignore[arg-type]
+            for name in policy or POLICIES
+        }
+    except ValueError as error:
+        raise _fail(str(error)) from None
+    rows = {name: replay.replay(answers, p) for name, p in policies.items()}
+    members = answers[0].members
+    typer.echo(f"{system}: {len(answers)} answers\n")
+    typer.echo(replay.table(rows, members), nl=False)
+
+
 def _ensemble(specs: list[str], backend: Backend) -> list[Member]:
     """The members, built-in ones under their canonical names, local ones on ``backend``."""
     from ..members import Member

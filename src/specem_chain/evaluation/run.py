@@ -69,9 +69,15 @@ class ResultStore:
     def add(self, record: dict[str, Any]) -> None:
         """Store a result; its rounds (``details["rounds"]``) go to :data:`ROUNDS`, first,
         so a stored result always has its rounds."""
-        rounds = record.get("details", {}).pop("rounds", None)
+        details = record.get("details", {})
+        rounds = details.pop("rounds", None)
         if rounds is not None:
-            entry = {"system": record["system"], "id": record["id"], "rounds": rounds}
+            entry = {
+                "system": record["system"],
+                "id": record["id"],
+                "start_weights": details.get("start_weights"),
+                "rounds": rounds,
+            }
             _append(self.path.with_name(ROUNDS), entry)
         _append(self.path, record)
         self.records[record["system"], record["id"]] = record

@@ -9,8 +9,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .engine.constraints import AnswerFormat, JsonObjectAnswer, ToolCallAnswer, schema_types
-from .engine.tool_calls import TOOL_CALL_OPEN
+from .engine.constraints import (
+    AnswerFormat,
+    EitherAnswer,
+    JsonObjectAnswer,
+    ToolCallAnswer,
+    schema_types,
+)
+from .engine.tool_calls import TOOL_CALL_CLOSE, TOOL_CALL_OPEN
 from .engine.types import Message, Tool
 
 FREE_TEXT_CHOICES = (None, False, "auto", "none")
@@ -46,18 +52,22 @@ def forced_tools(tool_choice: Any, tools: Sequence[Tool]) -> list[Tool]:
     return [t for t in tools if t["function"]["name"] == name]
 
 
-def tool_call_format(tools: Sequence[Tool]) -> AnswerFormat:
-    """An answer of calls of ``tools`` only.
+def tool_parameters(tools: Sequence[Tool]) -> dict[str, dict[str, Any]]:
+    return {t["function"]["name"]: t["function"].get("parameters", {}) for t in tools}
+
+
+def tool_call_format(tools: Sequence[Tool], single: bool = False) -> AnswerFormat:
+    """An answer of calls of ``tools`` only (one at most if ``single``).
 
     The answer starts inside the first call (with the tool's name when there is only one),
     so the members write the arguments, and the constraint keeps every accepted segment a
     prefix of valid calls whose arguments fit their tool's schema.
     """
-    parameters = {t["function"]["name"]: t["function"].get("parameters", {}) for t in tools}
+    parameters = tool_parameters(tools)
     prefix = TOOL_CALL_OPEN + '\n{"name": "'
     if len(parameters) == 1:
         prefix += f'{next(iter(parameters))}", "arguments": {{'
-    return AnswerFormat(prefix, ToolCallAnswer(parameters))
+    return AnswerFormat(prefix, ToolCallAnswer(parameters, single))
 
 
 def json_schema_of(response_format: dict[str, Any]) -> dict[str, Any] | None:
@@ -119,6 +129,8 @@ class RequestFormat:
     """The prefix and candidate constraint the engine applies."""
     instruction: str | None = None
     """Added to the conversation's system turn."""
+    stop: tuple[str, ...] = ()
+    """Stop sequences the format adds."""
 
 
 def checked_tools(tools: Sequence[Any]) -> list[Tool]:
@@ -141,20 +153,37 @@ def checked_tools(tools: Sequence[Any]) -> list[Tool]:
 
 
 def request_format(
-    tools: Sequence[Any] | None, tool_choice: Any, response_format: dict[str, Any] | None
+    tools: Sequence[Any] | None,
+    tool_choice: Any,
+    response_format: dict[str, Any] | None,
+    parallel_tool_calls: bool | None = None,
 ) -> RequestFormat:
     """The format of a request's answer from its ``tools`` (OpenAI function tools),
-    ``tool_choice`` and ``response_format``; bad options get a ValueError that names them."""
+    ``tool_choice``, ``response_format`` and ``parallel_tool_calls`` (False: one call at
+    most); bad options get a ValueError that names them.
+
+    With tools the members may call and a ``response_format``, the answer is either calls
+    of the tools or the JSON object, whichever it starts as.
+    """
     converted = checked_tools(tools or ())
     forced = forced_tools(tool_choice, converted)
+    single = parallel_tool_calls is False
     if tool_choice == "none":
         converted = []
     if response_format is None:
-        return RequestFormat(converted, tool_call_format(forced) if forced else None)
+        if forced:
+            return RequestFormat(converted, tool_call_format(forced, single))
+        # one call at most: the answer ends where the first call closes
+        stop = (TOOL_CALL_CLOSE,) if single and converted else ()
+        return RequestFormat(converted, None, stop=stop)
     if forced:
         raise ValueError(
             f"response_format and tool_choice={tool_choice!r} both fix the answer's format; "
             "give one of them"
         )
     schema = json_schema_of(response_format)
-    return RequestFormat(converted, json_format(schema), json_instruction(schema))
+    answer = json_format(schema)
+    if converted:
+        calls = ToolCallAnswer(tool_parameters(converted), single)
+        answer = AnswerFormat(constraint=EitherAnswer((calls, JsonObjectAnswer(schema))))
+    return RequestFormat(converted, answer, json_instruction(schema))

@@ -12,33 +12,40 @@ from typing import Any, Literal, TypeVar
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel, LangSmithParams, LanguageModelInput
 from langchain_core.language_models.chat_models import generate_from_stream
+from langchain_core.language_models.model_profile import ModelProfile
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, ToolMessage
 from langchain_core.messages.ai import UsageMetadata
 from langchain_core.messages.tool import ToolCallChunk
 from langchain_core.outputs import ChatGenerationChunk, ChatResult
 from langchain_core.runnables import Runnable
 from langchain_core.tools import BaseTool
+from langchain_core.utils import secret_from_env
 from langchain_core.utils.function_calling import convert_to_openai_tool
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from .answer_formats import request_format
 from .engine.tool_calls import TOOL_CALL_CLOSE, TOOL_CALL_OPEN, ParsedCall
 from .engine.types import Message
 from .feedback import Feedback
 from .members import Member
-from .models import DEFAULT_MEMBERS
-from .request import Answer, RequestSettings, open_request, segment_record
-from .structured_output import structured_output
+from .models import DEFAULT_MEMBERS, builtin
+from .request import Answer, RequestSettings, count_tokens, open_request, segment_record
+from .structured_output import json_schema_format, structured_output
 
 CALL_SETTINGS = tuple(RequestSettings.model_fields)
 """Settings a call may override (``llm.invoke(q, seed=3)``): all of the request's."""
-ANSWER_OPTIONS = ("tools", "tool_choice", "response_format")
+ANSWER_OPTIONS = ("tools", "tool_choice", "response_format", "parallel_tool_calls", "strict")
 """Call arguments that shape the answer; ``bind_tools`` and ``with_structured_output`` set
-them."""
+them. (``strict`` is accepted and has nothing to change: the candidate constraint already
+keeps a call or a JSON answer to its schema.)"""
+MISPLACED = {
+    "model": "an ensemble has no single model: name its members with members=[...]",
+    "model_name": "an ensemble has no single model: name its members with members=[...]",
+    "base_url": "a server belongs to a member: members=['tgi+http://host:port', ...]",
+}
+"""Arguments other chat models take that name something else here, and where it is."""
 ROLES = {"system": "system", "human": "user", "ai": "assistant", "tool": "tool"}
 FINISH_REASONS = {"end_of_turn": "stop", "stop_sequence": "stop", "length": "length"}
-TOOL_CALL_BLOCKS = ("tool_use", "tool_call")
-"""Content blocks of an AI message that repeat its ``tool_calls``."""
 
 T = TypeVar("T")
 
@@ -53,16 +60,57 @@ class SpecEMChatModel(BaseChatModel, RequestSettings):
     each request has its own sessions, weights and provenance.
     """
 
+    model_config = ConfigDict(extra="forbid")
+
     members: list[Member] = Field(
         default_factory=lambda: [Member(source=name) for name in DEFAULT_MEMBERS]
     )
     stop: list[str] | None = None
+    streaming: bool = Field(
+        False,
+        description="invoke() streams internally, so callbacks get one token event per "
+        "segment (stream() always streams).",
+    )
+    model_kwargs: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Default arguments of every call (request settings and answer "
+        "options); a call's own arguments win.",
+    )
+    api_key: SecretStr | None = Field(
+        default_factory=secret_from_env("SPECEM_API_KEY", default=None),
+        description="Bearer token of the remote members that have none of their own (no "
+        "api_key, nor one in their SPECEM_API_KEY_<NAME> variable); default: the "
+        "environment's SPECEM_API_KEY.",
+    )
+    timeout: float | None = Field(
+        None,
+        gt=0,
+        description="Seconds each request to a remote member's server may take, for the "
+        "members that keep the default request_timeout (the whole answer's limit is "
+        "answer_timeout).",
+    )
+    max_retries: int | None = Field(
+        None,
+        ge=0,
+        le=10,
+        description="Retries of a failed server request, for the remote members that keep "
+        "the default retries.",
+    )
     feedback: Feedback | None = Field(
         None,
         exclude=True,
         description="Task-level feedback: weights carried from one answer to the next "
         "(a Feedback object this model updates after each answer).",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_misplaced_arguments(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for name, where in MISPLACED.items():
+                if name in data:
+                    raise ValueError(f"SpecEMChatModel takes no {name}=: {where}")
+        return data
 
     @field_validator("members", mode="before")
     @classmethod
@@ -80,7 +128,97 @@ class SpecEMChatModel(BaseChatModel, RequestSettings):
         labels = [m.label for m in self.members]
         if len(set(labels)) != len(labels):
             raise ValueError(f"member names must be unique, got {labels}; set Member.name")
+        self.members = [self._for_server(m) for m in self.members]
+        self._settings(self.model_kwargs)  # a bad default call argument fails here
         return self
+
+    def _for_server(self, member: Member) -> Member:
+        """A remote member with this model's api_key, timeout and max_retries where it
+        keeps its defaults."""
+        if not member.remote:
+            return member
+        ours = {
+            "api_key": self.api_key,
+            "request_timeout": self.timeout,
+            "retries": self.max_retries,
+        }
+        update = {
+            name: value
+            for name, value in ours.items()
+            if value is not None and getattr(member, name) == Member.model_fields[name].default
+        }
+        if member.key() is not None:  # its own key (or its environment's) comes first
+            update.pop("api_key", None)
+        return member.model_copy(update=update) if update else member
+
+    @property
+    def lc_secrets(self) -> dict[str, str]:
+        return {"api_key": "SPECEM_API_KEY"}
+
+    def _resolve_model_profile(self) -> ModelProfile:
+        """What the ensemble can do: text in and out, tool calls (forced ones too, streamed
+        as chunks) and, when every member is a built-in one, the smallest context of
+        theirs. ``structured_output`` is False: small members asked for tools and a JSON
+        answer at once often start neither, so ``create_agent`` is better served by asking
+        for the structured answer through a forced tool call, which the candidate
+        constraint keeps valid (``with_structured_output`` and an explicit
+        ``ProviderStrategy`` work too)."""
+        profile = ModelProfile(
+            text_inputs=True,
+            image_inputs=False,
+            audio_inputs=False,
+            video_inputs=False,
+            pdf_inputs=False,
+            text_outputs=True,
+            tool_calling=True,
+            tool_choice=True,
+            tool_call_streaming=True,
+            structured_output=False,
+            temperature=True,
+            reasoning_output=False,
+            open_weights=all(not m.remote for m in self.members),
+        )
+        contexts = [b.context if (b := builtin(m.source)) else None for m in self.members]
+        if all(c is not None for c in contexts):
+            profile["max_input_tokens"] = min(c for c in contexts if c is not None)
+        return profile
+
+    # -- serialisation and token counts ------------------------------------------------
+
+    @classmethod
+    def is_lc_serializable(cls) -> bool:
+        return True
+
+    @property
+    def lc_attributes(self) -> dict[str, Any]:
+        """The members as plain data, without their API keys: this model's ``api_key`` is
+        kept as a secret (SPECEM_API_KEY) that loading takes from ``secrets_map`` or the
+        environment, and a member's own key from the environment when it is used
+        (:attr:`Member.api_key_env`)."""
+        members = [
+            m.model_dump(mode="json", exclude_defaults=True, exclude={"api_key"})
+            for m in self.members
+        ]
+        return {"members": members}
+
+    def get_num_tokens_from_messages(
+        self, messages: list[BaseMessage], tools: Sequence[Any] | None = None
+    ) -> int:
+        """The largest member's token count of the conversation as it renders it (with the
+        tools), in its own tokenizer; members load as for an answer."""
+        conversation = to_conversation(messages)
+        tools = [convert_to_openai_tool(t) for t in tools or ()]
+        return max(_run(count_tokens(self.members, conversation, tools=tools)).values())
+
+    def get_num_tokens(self, text: str) -> int:
+        """The largest member's token count of ``text``, in its own tokenizer."""
+        return max(_run(count_tokens(self.members, text=text)).values())
+
+    def get_token_ids(self, text: str) -> list[int]:
+        raise NotImplementedError(
+            "the members of an ensemble tokenize text each their own way; use "
+            "get_num_tokens(text) (the largest member's count)"
+        )
 
     @property
     def _llm_type(self) -> str:
@@ -134,6 +272,9 @@ class SpecEMChatModel(BaseChatModel, RequestSettings):
         tools: Sequence[dict[str, Any] | type | Callable[..., Any] | BaseTool],
         *,
         tool_choice: str | bool | dict[str, Any] | None = None,
+        strict: bool | None = None,
+        parallel_tool_calls: bool | None = None,
+        response_format: dict[str, Any] | type | None = None,
         **kwargs: Any,
     ) -> Runnable[LanguageModelInput, AIMessage]:
         """The model with ``tools`` given to every member's chat template.
@@ -141,11 +282,24 @@ class SpecEMChatModel(BaseChatModel, RequestSettings):
         ``tool_choice``: ``"auto"`` (default) lets the ensemble answer or call, ``"none"``
         hides the tools, ``"any"`` / ``"required"`` / True forces a call, and a tool name
         forces that tool. A forced call is written under a constraint, so every accepted
-        segment keeps it a valid call.
+        segment keeps it a valid call (``strict`` is accepted: calls are always kept to
+        their schema). ``parallel_tool_calls=False`` ends the answer after its first call.
+        ``response_format`` (an OpenAI ``json_schema`` format, or a Pydantic class or JSON
+        schema) makes the answer either tool calls or that JSON object.
         """
         converted = [convert_to_openai_tool(t) for t in tools]
-        request_format(converted, tool_choice, None)  # a bad tool_choice fails here
-        return self.bind(tools=converted, tool_choice=tool_choice, **kwargs)
+        if response_format is not None and not isinstance(response_format, dict):
+            response_format = json_schema_format(response_format)
+        # bad options fail here, not at the first call
+        request_format(converted, tool_choice, response_format, parallel_tool_calls)
+        options = {
+            "tool_choice": tool_choice,
+            "strict": strict,
+            "parallel_tool_calls": parallel_tool_calls,
+            "response_format": response_format,
+        }
+        bound = {name: value for name, value in options.items() if value is not None}
+        return self.bind(tools=converted, **bound, **kwargs)
 
     def with_structured_output(
         self,
@@ -175,6 +329,7 @@ class SpecEMChatModel(BaseChatModel, RequestSettings):
         self, messages: list[BaseMessage], stop: list[str] | None, kwargs: dict[str, Any]
     ) -> AsyncIterator[ChatGenerationChunk]:
         """One chunk per accepted segment, with its provenance; the last carries the rest."""
+        kwargs = {**self.model_kwargs, **kwargs}
         request = open_request(
             self.members,
             to_conversation(messages),
@@ -183,6 +338,7 @@ class SpecEMChatModel(BaseChatModel, RequestSettings):
             tools=[convert_to_openai_tool(t) for t in kwargs.get("tools") or ()],
             tool_choice=kwargs.get("tool_choice"),
             response_format=kwargs.get("response_format"),
+            parallel_tool_calls=kwargs.get("parallel_tool_calls"),
             feedback=self.feedback,
         )
         calls = ToolCallIds()
@@ -311,8 +467,9 @@ class ToolCallIds:
 
 
 def text_of(message: BaseMessage, index: int) -> str:
-    """The text of a message; content blocks other than text get a clear error (an AI
-    message's tool-call blocks are read from its ``tool_calls``)."""
+    """The text of a message. An earlier answer's other blocks (its tool calls, read from
+    its ``tool_calls``; reasoning, citations...) are left out; other messages' non-text
+    blocks get a clear error."""
     if isinstance(message.content, str):
         return message.content
     parts = []
@@ -321,7 +478,7 @@ def text_of(message: BaseMessage, index: int) -> str:
             parts.append(block)
         elif block.get("type") == "text":
             parts.append(block["text"])
-        elif not (isinstance(message, AIMessage) and block.get("type") in TOOL_CALL_BLOCKS):
+        elif not isinstance(message, AIMessage):
             raise ValueError(
                 f"message {index} ({message.type}) has a {block.get('type')!r} content block; "
                 "SpecEMChatModel accepts text content only"

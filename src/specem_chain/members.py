@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -58,7 +60,11 @@ class Member(BaseModel):
     chat_template: str | None = Field(
         None, description="openai: a Jinja chat template, rendered without the local extra."
     )
-    api_key: SecretStr | None = Field(None, description="Bearer token for the server.")
+    api_key: SecretStr | None = Field(
+        None,
+        description="Bearer token for the server; unset: the environment's "
+        "SPECEM_API_KEY_<NAME> or SPECEM_API_KEY (see api_key_env).",
+    )
     request_timeout: float = Field(
         60.0, gt=0, description="Seconds one request to the member's server may take."
     )
@@ -91,6 +97,19 @@ class Member(BaseModel):
         elif self.model or self.tokenizer or self.chat_template:
             raise ValueError("model, tokenizer and chat_template apply to openai members only")
         return self
+
+    @property
+    def api_key_env(self) -> str:
+        """The environment variable a remote member's ``api_key`` falls back to:
+        ``SPECEM_API_KEY_<NAME>`` (its name in capitals, other characters as ``_``)."""
+        return "SPECEM_API_KEY_" + re.sub(r"[^A-Za-z0-9]", "_", self.label).upper()
+
+    def key(self) -> str | None:
+        """The bearer token for the member's server: ``api_key``, else the environment's
+        :attr:`api_key_env`, else ``SPECEM_API_KEY``; None without one."""
+        if self.api_key is not None:
+            return self.api_key.get_secret_value()
+        return os.environ.get(self.api_key_env) or os.environ.get("SPECEM_API_KEY") or None
 
     @classmethod
     def local(cls, source: str, **settings: object) -> Member:

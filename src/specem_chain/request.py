@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 from pydantic import Field
 
 from .answer_formats import request_format, tool_names, with_instruction
-from .backends import open_session
+from .backends import backend, open_session
 from .engine import EngineConfig, RoundEvent, Seat, run_rounds
 from .engine.config import EngineSettings
 from .engine.tool_calls import ParsedCall, ToolCallSplitter
@@ -164,7 +164,11 @@ def segment_record(event: RoundEvent) -> dict[str, Any]:
     record: dict[str, Any] = {
         "text": event.segment,
         "member": event.winner,
-        "candidates": [{"member": c.member, "text": c.text} for c in event.candidates],
+        "candidates": [
+            {"member": c.member, "text": c.text}
+            | ({"source": c.source} if c.source != "draft" else {})
+            for c in event.candidates
+        ],
         "verifiers": list(event.verifiers),
         "scores": [list(row) for row in event.scores],
         "weights": event.weights,
@@ -213,6 +217,7 @@ class Request:
         tools: Sequence[dict[str, Any]] | None = None,
         tool_choice: Any = None,
         response_format: dict[str, Any] | None = None,
+        parallel_tool_calls: bool | None = None,
         feedback: Feedback | None = None,
     ) -> None:
         settings = settings or RequestSettings()
@@ -220,7 +225,8 @@ class Request:
             raise EnsembleError("give at least one member")
         if not messages:
             raise EnsembleError("the conversation is empty: give at least one message")
-        self.config = settings.engine_config(stop)
+        self.format = request_format(tools, tool_choice, response_format, parallel_tool_calls)
+        self.config = settings.engine_config((*stop, *self.format.stop))
         remote = [m.label for m in members if m.remote]
         if remote and self.config.scoring != "mean_logprob":
             raise EnsembleError(
@@ -230,7 +236,6 @@ class Request:
         self.members = settings.tuned(members)
         self.timeout = settings.answer_timeout
         self.feedback = feedback
-        self.format = request_format(tools, tool_choice, response_format)
         self.messages = list(messages)
         if self.format.instruction:
             self.messages = with_instruction(self.messages, self.format.instruction)
@@ -330,6 +335,29 @@ class Request:
             await rounds.aclose()
         sessions, self._sessions = self._sessions, []
         await asyncio.gather(*(s.aclose() for s in sessions))
+
+
+async def count_tokens(
+    members: Sequence[Member],
+    messages: Sequence[Message] | None = None,
+    *,
+    text: str | None = None,
+    tools: Sequence[dict[str, Any]] = (),
+) -> dict[str, int]:
+    """Each member's token count of a conversation (its prompt, as a request would render
+    it) or of a ``text``, in the member's own tokenizer; members load as for a request."""
+    if (messages is None) == (text is None):
+        raise ValueError("count the tokens of messages or of a text, not both")
+
+    async def count(member: Member) -> int:
+        member = await asyncio.to_thread(resolve, member)
+        found = backend(member) if member.remote else await asyncio.to_thread(backend, member)
+        if messages is None:
+            return await found.count_text(text or "")
+        return await found.count(messages, list(tools))
+
+    counts = await asyncio.gather(*(count(m) for m in members))
+    return dict(zip((m.label for m in members), counts))
 
 
 def open_request(

@@ -22,6 +22,14 @@ if TYPE_CHECKING:
 Method = Literal["json_schema", "function_calling", "json_mode"]
 
 
+def json_schema_format(schema: dict[str, Any] | type | None) -> dict[str, Any]:
+    """An OpenAI ``json_schema`` response format for a Pydantic class, TypedDict or JSON
+    schema."""
+    json_schema = convert_to_json_schema(schema)
+    name = json_schema.get("title", "answer")
+    return {"type": "json_schema", "json_schema": {"name": name, "schema": json_schema}}
+
+
 def structured_output(
     model: BaseChatModel,
     schema: dict[str, Any] | type | None,
@@ -52,11 +60,7 @@ def structured_output(
     else:
         response_format: dict[str, Any] = {"type": "json_object"}
         if method == "json_schema":
-            json_schema = convert_to_json_schema(schema)
-            response_format = {
-                "type": "json_schema",
-                "json_schema": {"name": json_schema.get("title", "answer"), "schema": json_schema},
-            }
+            response_format = json_schema_format(schema)
         llm = model.bind(response_format=response_format, ls_structured_output_format=traced)
         if pydantic_class:
             parser = PydanticOutputParser(pydantic_object=schema)

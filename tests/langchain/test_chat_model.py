@@ -6,7 +6,9 @@ import asyncio
 
 import pytest
 from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.load import dumps, loads
 from langchain_core.messages import AIMessage, ChatMessage, HumanMessage, SystemMessage
+from langchain_core.tools import tool
 
 from specem_chain import Member, SpecEMChatModel
 from specem_chain.backends.transformers import TransformersBackend
@@ -228,3 +230,125 @@ async def test_a_timeout_ends_the_request_with_a_clear_error(trio):
     llm = SpecEMChatModel(members=trio, max_tokens=200, answer_timeout=0.05)
     with pytest.raises(TimeoutError, match=r"answer_timeout=0\.05"):
         await llm.ainvoke("How many clips?")
+
+
+# -- LangChain's conventions ---------------------------------------------------------------
+
+
+def test_arguments_meant_for_one_model_get_a_clear_error(trio):
+    with pytest.raises(ValueError, match="takes no model=: an ensemble has no single model"):
+        SpecEMChatModel(members=trio, model="gpt-4")
+    with pytest.raises(ValueError, match="colour"):
+        SpecEMChatModel(members=trio, colour="red")
+
+
+def test_server_settings_reach_the_remote_members_that_keep_their_defaults(trio):
+    own = Member.tgi("http://b:1", name="own", request_timeout=5, retries=0, api_key="mine")
+    llm = SpecEMChatModel(
+        members=[trio[0], "tgi+http://a:1", own], api_key="shared", timeout=9, max_retries=4
+    )
+    local, default, keeps = llm.members
+    assert local.remote is False and local.api_key is None
+    assert (default.key(), default.request_timeout, default.retries) == ("shared", 9, 4)
+    assert (keeps.key(), keeps.request_timeout, keeps.retries) == ("mine", 5, 0)
+    assert "shared" not in repr(llm) and "mine" not in repr(llm)
+
+
+def test_model_kwargs_are_default_call_arguments_checked_up_front(trio):
+    llm = SpecEMChatModel(members=trio, model_kwargs={"seed": 5, "max_tokens": 6})
+    assert llm.invoke("hi").content == llm.invoke("hi", seed=5, max_tokens=6).content
+    assert (
+        llm.invoke("hi", seed=6).content
+        == SpecEMChatModel(members=trio, seed=6, max_tokens=6).invoke("hi").content
+    )
+    with pytest.raises(ValueError, match="window"):
+        SpecEMChatModel(members=trio, model_kwargs={"window": 0})
+
+
+def test_streaming_true_makes_invoke_stream(trio):
+    class Count(BaseCallbackHandler):
+        tokens = 0
+
+        def on_llm_new_token(self, token: str, **kwargs) -> None:
+            Count.tokens += 1
+
+    llm = SpecEMChatModel(members=trio, streaming=True, max_tokens=16, seed=2)
+    message = llm.invoke("hi", config={"callbacks": [Count()]})
+    assert Count.tokens == len(message.response_metadata["specem"]["segments"]) > 1
+
+
+def test_the_profile_says_what_the_ensemble_can_do(trio):
+    profile = SpecEMChatModel().profile
+    assert profile["tool_calling"] and profile["tool_choice"] and not profile["structured_output"]
+    assert profile["max_input_tokens"] == 8192  # SmolLM2's, the smaller context
+    assert not profile["image_inputs"]
+    assert "max_input_tokens" not in SpecEMChatModel(members=trio).profile
+
+
+def test_tokens_are_counted_by_the_members_own_tokenizers(trio):
+    llm = SpecEMChatModel(members=trio, max_tokens=4, seed=0)
+    question = [HumanMessage("How many clips did Natalia sell altogether?")]
+    prompt = llm.invoke(question).response_metadata["specem"]["usage"]
+    assert llm.get_num_tokens_from_messages(question) == max(
+        u["input_tokens"] for u in prompt.values()
+    )
+    assert 0 < llm.get_num_tokens("Natalia sold clips") < len("Natalia sold clips")
+    with pytest.raises(NotImplementedError, match="get_num_tokens"):
+        llm.get_token_ids("Natalia")
+
+
+def test_serialization_round_trips_with_secrets_kept_out(trio, monkeypatch):
+    shared = Member.tgi("http://gpu-1:8080", name="shared")
+    own = Member.tgi("http://gpu-2:8080", name="own", api_key="sk-member")
+    llm = SpecEMChatModel(members=[trio[0], shared, own], api_key="sk-model", seed=3, window=6)
+    text = dumps(llm)
+    assert "sk-member" not in text and "sk-model" not in text
+    monkeypatch.setenv(own.api_key_env, "sk-member")  # a member's own key: from its env var
+    loaded = loads(
+        text,
+        secrets_map={"SPECEM_API_KEY": "sk-model"},
+        allowed_objects=[SpecEMChatModel],
+        valid_namespaces=["specem_chain"],
+    )
+    assert [m.key() for m in loaded.members] == [None, "sk-model", "sk-member"]
+    assert loaded.members[:2] == llm.members[:2]
+    assert (loaded.seed, loaded.window, loaded.api_key) == (3, 6, llm.api_key)
+
+
+def test_an_earlier_answers_reasoning_and_other_blocks_are_left_out(trio):
+    history = [
+        HumanMessage("Hi"),
+        AIMessage(
+            [
+                {"type": "reasoning", "reasoning": "The user greets me."},
+                {"type": "text", "text": "Hello!"},
+            ]
+        ),
+        HumanMessage("And now?"),
+    ]
+    assert to_conversation(history)[1] == {"role": "assistant", "content": "Hello!"}
+    assert SpecEMChatModel(members=trio, max_tokens=4).invoke(history).content
+
+
+def test_output_version_v1_gives_standard_content_blocks(trio):
+    llm = SpecEMChatModel(members=trio, max_tokens=12, seed=1, output_version="v1")
+    message = llm.invoke("hi")
+    assert message.content and all(block["type"] == "text" for block in message.content)
+    assert "".join(b["text"] for b in message.content) == message.text
+
+
+@pytest.mark.models
+def test_tools_bound_strictly_with_at_most_one_call():
+    """``create_agent`` binds tools with ``strict=True``; ``parallel_tool_calls=False``
+    ends the answer after its first call."""
+
+    @tool
+    def lookup(city: str) -> str:
+        """Look a city up."""
+        return city
+
+    llm = SpecEMChatModel(max_tokens=60, seed=0)
+    bound = llm.bind_tools([lookup], tool_choice="any", strict=True, parallel_tool_calls=False)
+    message = bound.invoke("Where is Paris? Look it up, then look up Rome too.")
+    assert len(message.tool_calls) == 1 and message.tool_calls[0]["name"] == "lookup"
+    assert isinstance(message.tool_calls[0]["args"]["city"], str)

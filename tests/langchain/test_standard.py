@@ -1,8 +1,8 @@
 """LangChain's own standard test suites, run against the embedded default ensemble.
 
 Only capability flags are set: tool calling (forced with ``tool_choice="any"``), structured
-output and JSON mode are on; multimodal input is off (the members read text only). Nothing
-else is skipped or overridden.
+output and JSON mode are on; multimodal input is off (the members read text only); the API
+key comes from SPECEM_API_KEY. ``test_serdes`` is expected to fail, with the reason linked.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 from langchain_tests.integration_tests import ChatModelIntegrationTests
 from langchain_tests.unit_tests import ChatModelUnitTests
+from syrupy.assertion import SnapshotAssertion
 
 from specem_chain import SpecEMChatModel
 
@@ -47,9 +48,23 @@ class Capabilities:
     def supports_image_inputs(self) -> bool:
         return False
 
+    @property
+    def init_from_env_params(self) -> tuple[dict, dict, dict]:
+        return {"SPECEM_API_KEY": "key-from-env"}, {}, {"api_key": "key-from-env"}
+
 
 class TestSpecEMChatModelUnit(Capabilities, ChatModelUnitTests):
-    pass
+    @pytest.mark.xfail(
+        reason="load(allowed_objects='all') admits only the classes listed in "
+        "langchain_core.load.mapping, so no class outside LangChain's own packages loads "
+        "(https://github.com/langchain-ai/langchain/pull/34455, "
+        "https://github.com/langchain-ai/langchain/pull/36510); the round trip with the "
+        "class allowed by name is tests/langchain/test_chat_model.py::"
+        "test_serialization_round_trips_with_secrets_kept_out",
+        strict=True,
+    )
+    def test_serdes(self, model: SpecEMChatModel, snapshot: SnapshotAssertion) -> None:
+        super().test_serdes(model, snapshot)
 
 
 @pytest.mark.models

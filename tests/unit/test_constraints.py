@@ -9,6 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from specem_chain.engine.constraints import (
+    AnswerFormat,
+    EitherAnswer,
     JsonObjectAnswer,
     JsonScan,
     LastKey,
@@ -281,3 +283,57 @@ def test_json_answer_fits_its_schema():
     assert answer("{", Segment('"properties": {')) is None
     assert answer("{", Segment("}", True)) is None  # closes without the required key
     assert answer('{"input": 3', Segment("} and more")) == Segment("}", True)
+
+
+# -- closing an answer whose members went astray ---------------------------------------------
+
+SCHEMA = {
+    "type": "object",
+    "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+    "required": ["a", "b"],
+    "additionalProperties": False,
+}
+
+
+@pytest.mark.parametrize(
+    ("answer", "closing"),
+    [
+        ('{"a": 1, "b": 2', "}"),
+        ('{"a": 1, "b": [2', None),  # b must be an integer, not an array
+        ('{"a": 1', None),  # b is required
+        ('{"a": 1, "b": 2, ', None),  # a key must follow a comma
+        ('{"a": 1, "b": "2', None),  # inside a string
+    ],
+)
+def test_a_json_answer_closes_once_it_holds_what_its_schema_requires(answer, closing):
+    assert JsonObjectAnswer(SCHEMA).closing(answer) == closing
+
+
+def test_a_tool_call_closes_with_its_brackets_and_tag():
+    calls = ToolCallAnswer({"f": SCHEMA})
+    answer = '<tool_call>\n{"name": "f", "arguments": {"a": 1, "b": 2'
+    assert calls.closing(answer) == "}}\n</tool_call>"
+    assert calls.closing(answer + "}}\n</tool_call>") is None  # nothing is open
+    assert calls.closing('<tool_call>\n{"name": "f", "arguments": {"a": 1') is None
+
+
+def test_either_format_closes_the_one_the_answer_began():
+    either = EitherAnswer((ToolCallAnswer({"f": SCHEMA}), JsonObjectAnswer(SCHEMA)))
+    assert either.closing('{"a": 1, "b": 2') == "}"
+    assert either.closing('<tool_call>\n{"name": "f", "arguments": {"a": 1, "b": 2') == (
+        "}}\n</tool_call>"
+    )
+
+
+async def test_when_no_draft_fits_the_format_closes_the_answer():
+    """Both members add a key the tool's schema does not have: the call is closed instead."""
+    from scripted import ScriptedSession, events
+
+    shape = AnswerFormat('<tool_call>\n{"name": "f", "arguments": {', ToolCallAnswer({"f": SCHEMA}))
+    a = ScriptedSession("a", ['"a": 1, "b": 2 ', ', "c": 3}}'])
+    b = ScriptedSession("b", ['"a": 5, "b": 6 ', ', "d": 4}}'])
+    rounds = await events(a, b, answer_format=shape)
+    text = "".join(e.text for e in rounds)
+    assert text.endswith("}}\n</tool_call>") and '"c"' not in text and '"d"' not in text
+    last = rounds[-1].candidates
+    assert [c.source for c in last] == ["format"] and rounds[-1].finish_reason == "end_of_turn"

@@ -53,6 +53,7 @@ def _model(sha256: str | None = None, parts: tuple[WeightPart, ...] | None = Non
         licence="MIT",
         description="A synthetic model.",
         chat_template=False,
+        context=2048,
     )
 
 

@@ -38,8 +38,8 @@ class RemoteClient:
             member.request_timeout, connect=min(member.request_timeout, 10.0)
         )
         self._headers = {"Accept": "application/json"}
-        if member.api_key is not None:
-            self._headers["Authorization"] = f"Bearer {member.api_key.get_secret_value()}"
+        if (key := member.key()) is not None:
+            self._headers["Authorization"] = f"Bearer {key}"
         self._clients: dict[asyncio.AbstractEventLoop, httpx.AsyncClient] = {}
 
     def __repr__(self) -> str:  # never shows the headers, which may hold the bearer token

@@ -177,6 +177,12 @@ class LlamaCppBackend:
             buffer, length = into(-length)
         return buffer.raw[:length].decode("utf-8", errors="replace")
 
+    async def count(self, messages: Sequence[Message], tools: Sequence[Tool] = ()) -> int:
+        return len(self.encode(self.template.render(messages, tools)))
+
+    async def count_text(self, text: str) -> int:
+        return len(self.tokenize(text, special=False))
+
     async def open(
         self, messages: Sequence[Message], tools: Sequence[Tool] = ()
     ) -> LlamaCppSession:

@@ -137,6 +137,19 @@ class OpenAICompletionsBackend:
             int(usage.get("prompt_tokens", 0)),
         )
 
+    async def count(self, messages: Sequence[Message], tools: Sequence[Tool] = ()) -> int:
+        await self.ready()
+        return await self._prompt_tokens(self.template.render(messages, tools))
+
+    async def count_text(self, text: str) -> int:
+        """Tokens of ``text`` as the server counts a prompt (less the BOS it leads with)."""
+        await self.ready()
+        return await self._prompt_tokens(text) - bool(self.lead)
+
+    async def _prompt_tokens(self, text: str) -> int:
+        response = await self.complete(text, max_tokens=1, temperature=0)
+        return int((response.get("usage") or {}).get("prompt_tokens", 0))
+
     async def open(
         self, messages: Sequence[Message], tools: Sequence[Tool] = ()
     ) -> OpenAICompletionsSession:

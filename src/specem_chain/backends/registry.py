@@ -22,6 +22,15 @@ class Backend(Protocol):
         template (tools included) and read into the member's context."""
         ...
 
+    async def count(self, messages: Sequence[Message], tools: Sequence[Tool] = ()) -> int:
+        """Tokens of the conversation as the member reads it (its prompt), without
+        opening a session."""
+        ...
+
+    async def count_text(self, text: str) -> int:
+        """Tokens of ``text`` in the member's tokenizer, without special tokens."""
+        ...
+
 
 _lock = threading.Lock()
 _backends: dict[Hashable, Backend] = {}

@@ -104,6 +104,14 @@ class TGIBackend:
         text: str = templated["templated_text"]
         return text.removeprefix(self.bos_text) if self.bos_text else text
 
+    async def count(self, messages: Sequence[Message], tools: Sequence[Tool] = ()) -> int:
+        await self.ready()
+        return len(await self.tokenize(await self.render(messages, tools)))
+
+    async def count_text(self, text: str) -> int:
+        await self.ready()
+        return len(await self.tokenize(text)) - bool(self.bos_text)
+
     async def open(self, messages: Sequence[Message], tools: Sequence[Tool] = ()) -> TGISession:
         await self.ready()
         context = await self.render(messages, tools)

@@ -89,6 +89,12 @@ class TransformersBackend:
     def decode(self, tokens: list[int]) -> str:
         return self.tokenizer.decode(tokens, skip_special_tokens=True)
 
+    async def count(self, messages: Sequence[Message], tools: Sequence[Tool] = ()) -> int:
+        return len(self.encode(self.template.render(messages, tools)))
+
+    async def count_text(self, text: str) -> int:
+        return len(self.tokenizer.encode(text, add_special_tokens=False))
+
     async def open(
         self, messages: Sequence[Message], tools: Sequence[Tool] = ()
     ) -> TransformersSession:

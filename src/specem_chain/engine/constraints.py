@@ -42,6 +42,11 @@ class Constraint(Protocol):
         finished, because the answer is complete), or None when it breaks the syntax."""
         ...
 
+    def closing(self, answer: str) -> str | None:
+        """The shortest text that completes ``answer`` in the format, if it can be completed
+        now (everything the format requires is written); else None."""
+        ...
+
 
 @dataclass(frozen=True)
 class AnswerFormat:
@@ -54,6 +59,14 @@ class AnswerFormat:
     def shape(self, answer: str, segment: Segment) -> Segment | None:
         """``segment`` as it may be accepted after ``answer``, or None."""
         return segment if self.constraint is None else self.constraint(answer, segment)
+
+    def close(self, answer: str) -> Segment | None:
+        """A finished segment that completes ``answer`` in the format, for a round where no
+        member's candidate fits it: the members wrote all the format needs and then went
+        astray (a key the schema does not have, say). None if it cannot be completed."""
+        closing = getattr(self.constraint, "closing", None)
+        text = closing(answer) if closing else None
+        return None if text is None else Segment(text, finished=True)
 
     def shape_start(self, answer: str, segment: Segment) -> Segment | None:
         """The longest non-empty start of ``segment`` (unfinished) that may be accepted after
@@ -76,6 +89,9 @@ class JsonScan:
     """Index just past the top-level value when it is complete, else None."""
     key: LastKey | None = None
     """The latest key of the innermost open object, when the text is incomplete."""
+    closers: str | None = None
+    """When the text is incomplete and stops where its open containers may close (after
+    a value, or just inside an empty one): the brackets that close them."""
 
 
 @dataclass(frozen=True)
@@ -183,14 +199,17 @@ def scan_json(text: str) -> JsonScan:
             return _INVALID
         if state == "after_value" and not stack:
             return JsonScan(True, i + 1)
+    closable = state in ("after_value", "key_or_close", "value_or_close") or state in _NUMBER_ENDS
+    closers = "".join(_CLOSERS[c] for c in reversed(stack)) if closable else None
     if not stack or stack[-1] != "{":
-        return JsonScan(True, None)
+        return JsonScan(True, None, closers=closers)
     path = tuple(keys[:-1])
     if state in ("string", "escape", "unicode") and in_key:
         return JsonScan(True, None, LastKey(path, key, closed=False))
     if state == "key":  # after a comma: a key must follow
         return JsonScan(True, None, LastKey(path, "", closed=False))
-    return JsonScan(True, None, None if keys[-1] is None else LastKey(path, keys[-1], True))
+    last = None if keys[-1] is None else LastKey(path, keys[-1], True)
+    return JsonScan(True, None, last, closers)
 
 
 def _scan_object(text: str) -> JsonScan:
@@ -317,6 +336,28 @@ class JsonObjectAnswer:
             return None
         return _open(segment) if scan.end is None else _cut(answer, segment, scan.end)
 
+    def closing(self, answer: str) -> str | None:
+        scan = _scan_object(answer)
+        text = scan.closers
+        return text if text and self(answer, Segment(text, finished=True)) else None
+
+
+@dataclass(frozen=True)
+class EitherAnswer:
+    """The answer takes the first of several formats that its start fits (a tool call or a
+    JSON object, say): once it has begun in one, the others refuse it."""
+
+    formats: tuple[Constraint, ...]
+
+    def __call__(self, answer: str, segment: Segment) -> Segment | None:
+        for constraint in self.formats:
+            if (shaped := constraint(answer, segment)) is not None:
+                return shaped
+        return None
+
+    def closing(self, answer: str) -> str | None:
+        return next((c for f in self.formats if (c := f.closing(answer)) is not None), None)
+
 
 @dataclass(frozen=True)
 class ToolCallAnswer:
@@ -327,6 +368,8 @@ class ToolCallAnswer:
     and the answer ends."""
 
     parameters: dict[str, dict[str, Any]]
+    single: bool = False
+    """At most one call: the answer ends after the first."""
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -359,6 +402,19 @@ class ToolCallAnswer:
                 # The call is complete: its closing tag may follow, or the turn may end here.
                 return segment if TOOL_CALL_CLOSE.startswith(full[pos:]) else None
             pos = cut = pos + len(TOOL_CALL_CLOSE)
+            if self.single:
+                return _cut(answer, segment, cut)
+
+    def closing(self, answer: str) -> str | None:
+        """The brackets and closing tag that end the call being written."""
+        start = answer.rfind(TOOL_CALL_OPEN)
+        if start < 0 or TOOL_CALL_CLOSE in answer[start:]:
+            return None
+        closers = _scan_object(answer[start + len(TOOL_CALL_OPEN) :]).closers
+        if not closers:
+            return None
+        text = f"{closers}\n{TOOL_CALL_CLOSE}"
+        return text if self(answer, Segment(text, finished=True)) else None
 
     def _name_fits(self, match: re.Match[str] | None) -> bool:
         """The call's name, as far as it is written (``_NAME_START``'s match on the call),

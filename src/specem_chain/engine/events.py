@@ -19,6 +19,9 @@ class Candidate:
     finished: bool
     tokens: int
     """Tokens the member drafted this round (its cost), before cleaning."""
+    source: Literal["draft", "format"] = "draft"
+    """"format": no draft fitted the answer's required format, which could be completed,
+    so the format's own closing text stands in (credited to the first drafter)."""
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,8 @@ class BuiltinModel:
     licence: str
     description: str
     chat_template: bool
+    context: int
+    """Tokens the model was trained to read (its context window)."""
 
 
 def _qwen_part(n: int) -> WeightPart:
@@ -57,6 +59,7 @@ BUILTINS: dict[str, BuiltinModel] = {
             licence="Apache-2.0",
             description="SmolLM2 135M Instruct (Hugging Face), small general chat model, Q4_1.",
             chat_template=True,
+            context=8192,
         ),
         BuiltinModel(
             name="qwen2.5-coder-0.5b-instruct",
@@ -66,6 +69,7 @@ BUILTINS: dict[str, BuiltinModel] = {
             licence="Apache-2.0",
             description="Qwen2.5-Coder 0.5B Instruct (Alibaba), code and chat model.",
             chat_template=True,
+            context=32768,
         ),
         BuiltinModel(
             name="gemma-3-270m",
@@ -75,6 +79,7 @@ BUILTINS: dict[str, BuiltinModel] = {
             licence="Gemma Terms of Use",
             description="Gemma 3 270M base (Google), no chat template; weaker optional member.",
             chat_template=False,
+            context=32768,
         ),
     )
 }

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-import threading
-import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
-from typing import Any, Literal, TypeVar
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from typing import Any, Literal
 
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel, LangSmithParams, LanguageModelInput
@@ -27,10 +24,18 @@ from .answer_formats import request_format
 from .engine.tool_calls import TOOL_CALL_CLOSE, TOOL_CALL_OPEN, ParsedCall
 from .engine.types import Message
 from .feedback import Feedback
-from .members import Member
+from .members import Member, member_list
 from .models import DEFAULT_MEMBERS, builtin
-from .request import Answer, RequestSettings, count_tokens, open_request, segment_record
+from .request import (
+    Answer,
+    RequestSettings,
+    count_tokens,
+    merge_turns,
+    open_request,
+    segment_record,
+)
 from .structured_output import json_schema_format, structured_output
+from .sync import iterate_sync, run_sync
 
 CALL_SETTINGS = tuple(RequestSettings.model_fields)
 """Settings a call may override (``llm.invoke(q, seed=3)``): all of the request's."""
@@ -45,9 +50,6 @@ MISPLACED = {
 }
 """Arguments other chat models take that name something else here, and where it is."""
 ROLES = {"system": "system", "human": "user", "ai": "assistant", "tool": "tool"}
-FINISH_REASONS = {"end_of_turn": "stop", "stop_sequence": "stop", "length": "length"}
-
-T = TypeVar("T")
 
 
 class SpecEMChatModel(BaseChatModel, RequestSettings):
@@ -115,19 +117,10 @@ class SpecEMChatModel(BaseChatModel, RequestSettings):
     @field_validator("members", mode="before")
     @classmethod
     def _members_from_specs(cls, members: Any) -> Any:
-        if isinstance(members, (str, Member)):
-            members = [members]
-        if isinstance(members, Sequence) and not members:
-            raise ValueError("give at least one member")
-        if isinstance(members, Sequence):
-            return [Member(source=m) if isinstance(m, str) else m for m in members]
-        return members
+        return member_list(members)
 
     @model_validator(mode="after")
-    def _unique_member_names(self) -> SpecEMChatModel:
-        labels = [m.label for m in self.members]
-        if len(set(labels)) != len(labels):
-            raise ValueError(f"member names must be unique, got {labels}; set Member.name")
+    def _members_for_servers(self) -> SpecEMChatModel:
         self.members = [self._for_server(m) for m in self.members]
         self._settings(self.model_kwargs)  # a bad default call argument fails here
         return self
@@ -208,11 +201,11 @@ class SpecEMChatModel(BaseChatModel, RequestSettings):
         tools), in its own tokenizer; members load as for an answer."""
         conversation = to_conversation(messages)
         tools = [convert_to_openai_tool(t) for t in tools or ()]
-        return max(_run(count_tokens(self.members, conversation, tools=tools)).values())
+        return max(run_sync(count_tokens(self.members, conversation, tools=tools)).values())
 
     def get_num_tokens(self, text: str) -> int:
         """The largest member's token count of ``text``, in its own tokenizer."""
-        return max(_run(count_tokens(self.members, text=text)).values())
+        return max(run_sync(count_tokens(self.members, text=text)).values())
 
     def get_token_ids(self, text: str) -> list[int]:
         raise NotImplementedError(
@@ -357,8 +350,6 @@ class SpecEMChatModel(BaseChatModel, RequestSettings):
                 metadata = self._final_metadata(answer) if event.finished else {"specem": {}}
                 metadata["specem"]["segments"] = [segment_record(event)]
                 chunks = [calls.chunk(call) for call in update.tool_calls]
-                if event.finished and calls.count and event.finish_reason != "length":
-                    metadata["finish_reason"] = "tool_calls"
                 message = AIMessageChunk(
                     content=update.text,
                     tool_call_chunks=chunks,
@@ -369,20 +360,11 @@ class SpecEMChatModel(BaseChatModel, RequestSettings):
                 yield ChatGenerationChunk(message=message)
 
     def _final_metadata(self, answer: Answer) -> dict[str, Any]:
-        usage = answer.usage()
         return {
             "model_name": self.model_name,
             "model_provider": "specem",
-            "finish_reason": FINISH_REASONS[answer.finish_reason or "end_of_turn"],
-            "specem": {
-                "finish_reason": answer.finish_reason,
-                "wins": answer.wins,
-                "start_weights": answer.start_weights,
-                "weights": answer.weights,
-                "usage": usage["per_member"],
-                "answer_tokens": usage["answer_tokens"],
-                "dropped": answer.dropped,
-            },
+            "finish_reason": answer.stop_reason,
+            "specem": answer.summary(),
         }
 
     # -- LangChain's four entry points ------------------------------------------------
@@ -419,15 +401,7 @@ class SpecEMChatModel(BaseChatModel, RequestSettings):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> Iterator[ChatGenerationChunk]:
-        rounds = self._rounds(messages, stop, kwargs)
-        try:
-            while True:
-                try:
-                    yield _run(rounds.__anext__())
-                except StopAsyncIteration:
-                    return
-        finally:
-            _run(rounds.aclose())
+        yield from iterate_sync(self._rounds(messages, stop, kwargs))
 
     def _generate(
         self,
@@ -460,7 +434,7 @@ class ToolCallIds:
         return ToolCallChunk(
             name=call.name,
             args=args or f"{TOOL_CALL_OPEN}{call.text}{TOOL_CALL_CLOSE}",
-            id=f"call_{uuid.uuid4().hex[:24]}",
+            id=call.id,
             index=self.count - 1,
             type="tool_call_chunk",
         )
@@ -512,38 +486,6 @@ def to_message(message: BaseMessage, index: int) -> Message:
 
 
 def to_conversation(messages: Sequence[BaseMessage]) -> list[Message]:
-    """LangChain messages as chat-template turns, merging consecutive text turns of one
-    role (tool turns and tool calls stay apart)."""
-    conversation: list[Message] = []
-    for index, message in enumerate(messages):
-        turn = to_message(message, index)
-        last = conversation[-1] if conversation else None
-        if (
-            last
-            and last["role"] == turn["role"] != "tool"
-            and not (last.get("tool_calls") or turn.get("tool_calls"))
-        ):
-            last["content"] += "\n\n" + turn["content"]
-        else:
-            conversation.append(turn)
-    return conversation
-
-
-# -- running the async engine from synchronous code ---------------------------------------
-
-_loop: asyncio.AbstractEventLoop | None = None
-_loop_lock = threading.Lock()
-
-
-def _run(awaitable: Awaitable[T]) -> T:
-    """Run on the package's own event-loop thread, so sync calls work inside a running loop."""
-    global _loop
-    with _loop_lock:
-        if _loop is None:
-            _loop = asyncio.new_event_loop()
-            threading.Thread(target=_loop.run_forever, name="specem-loop", daemon=True).start()
-    return asyncio.run_coroutine_threadsafe(_wrap(awaitable), _loop).result()
-
-
-async def _wrap(awaitable: Awaitable[T]) -> T:
-    return await awaitable
+    """LangChain messages as chat-template turns, consecutive text turns of one role merged
+    (:func:`~specem_chain.request.merge_turns`)."""
+    return merge_turns([to_message(message, i) for i, message in enumerate(messages)])

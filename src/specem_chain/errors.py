@@ -13,6 +13,11 @@ class PromptTooLongError(SpecEMError, ValueError):
     """The conversation does not fit a member's context window."""
 
 
+class RequestError(SpecEMError, ValueError):
+    """A request's input is wrong (no members, no conversation, a setting that cannot
+    apply); it is refused before any member runs."""
+
+
 class EnsembleError(SpecEMError):
     """The ensemble cannot go on with this request."""
 

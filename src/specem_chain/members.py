@@ -14,7 +14,17 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 from .engine.types import Sampling
 from .errors import MemberSpecError
 
-__all__ = ["Backend", "DType", "Kind", "Member", "ModelFiles", "Role", "Sampling", "model_files"]
+__all__ = [
+    "Backend",
+    "DType",
+    "Kind",
+    "Member",
+    "ModelFiles",
+    "Role",
+    "Sampling",
+    "member_list",
+    "model_files",
+]
 
 Role = Literal["both", "drafter", "verifier"]
 DType = Literal["float32", "bfloat16", "float16"]
@@ -150,6 +160,20 @@ class Member(BaseModel):
     @property
     def verifies(self) -> bool:
         return self.role in ("both", "verifier")
+
+
+def member_list(members: Any) -> list[Member]:
+    """Members from specs (a built-in name, a folder, a ``.gguf``, ``tgi+URL``...),
+    :class:`Member` objects or their dicts, one or several; at least one, with unique names."""
+    if isinstance(members, (str, Member, dict)):
+        members = [members]
+    listed = [Member(source=m) if isinstance(m, str) else Member.model_validate(m) for m in members]
+    if not listed:
+        raise ValueError("give at least one member")
+    labels = [m.label for m in listed]
+    if len(set(labels)) != len(labels):
+        raise ValueError(f"member names must be unique, got {labels}; set Member.name")
+    return listed
 
 
 @dataclass(frozen=True)

@@ -14,12 +14,13 @@ deadline, splits tool calls out of the text, and closes every session however it
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import TracebackType
 from typing import Any, TypeVar
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from .answer_formats import request_format, tool_names, with_instruction
 from .backends import backend, open_session
@@ -27,7 +28,7 @@ from .engine import EngineConfig, RoundEvent, Seat, run_rounds
 from .engine.config import EngineSettings
 from .engine.tool_calls import ParsedCall, ToolCallSplitter
 from .engine.types import MemberSession, Message, Sampling
-from .errors import EnsembleError, MemberUnavailable
+from .errors import EnsembleError, MemberUnavailable, RequestError
 from .feedback import Feedback
 from .members import Member
 from .models import resolve
@@ -37,7 +38,10 @@ T = TypeVar("T")
 
 class RequestSettings(EngineSettings):
     """Everything a front end may set for a request: the loop's settings
-    (:class:`~specem_chain.engine.config.EngineSettings`) and two of the request's own."""
+    (:class:`~specem_chain.engine.config.EngineSettings`) and two of the request's own.
+    Unknown settings are refused."""
+
+    model_config = ConfigDict(extra="forbid")
 
     temperature: float | None = Field(
         None, ge=0.0, description="Every member's sampling temperature; unset keeps each own."
@@ -83,6 +87,8 @@ class Answer:
     """Members that could not be reached when the request started, with the reason."""
     start_weights: dict[str, float] = field(default_factory=dict)
     """The members' weights at the start: uniform, or the task's (:class:`Feedback`)."""
+    tool_calls: list[ParsedCall] = field(default_factory=list)
+    """The tool calls found in the answer, with their ids (when tools were given)."""
 
     def add(self, event: RoundEvent) -> None:
         self.rounds.append(event)
@@ -94,6 +100,31 @@ class Answer:
     @property
     def finish_reason(self) -> str | None:
         return self.rounds[-1].finish_reason if self.rounds else None
+
+    @property
+    def stop_reason(self) -> str | None:
+        """Why the answer ended, in the words OpenAI-style APIs use: ``"tool_calls"`` (it
+        ended with a valid call), ``"stop"`` or ``"length"``."""
+        reason = self.finish_reason
+        if reason is None:
+            return None
+        if reason == "length":
+            return "length"
+        return "tool_calls" if any(c.valid for c in self.tool_calls) else "stop"
+
+    def summary(self) -> dict[str, Any]:
+        """The answer's provenance in brief, as every front end shows it: why it ended,
+        wins, starting and final weights, per-member usage and drops."""
+        usage = self.usage()
+        return {
+            "finish_reason": self.finish_reason,
+            "wins": self.wins,
+            "start_weights": self.start_weights,
+            "weights": self.weights,
+            "usage": usage["per_member"],
+            "answer_tokens": usage["answer_tokens"],
+            "dropped": self.dropped,
+        }
 
     @property
     def weights(self) -> dict[str, float]:
@@ -222,21 +253,21 @@ class Request:
     ) -> None:
         settings = settings or RequestSettings()
         if not members:
-            raise EnsembleError("give at least one member")
+            raise RequestError("give at least one member")
         if not messages:
-            raise EnsembleError("the conversation is empty: give at least one message")
+            raise RequestError("the conversation is empty: give at least one message")
         self.format = request_format(tools, tool_choice, response_format, parallel_tool_calls)
         self.config = settings.engine_config((*stop, *self.format.stop))
         remote = [m.label for m in members if m.remote]
         if remote and self.config.scoring != "mean_logprob":
-            raise EnsembleError(
+            raise RequestError(
                 f"scoring={self.config.scoring!r} needs raw logits, which servers do not "
                 f"return; members {remote} are remote: use scoring='mean_logprob'"
             )
         self.members = settings.tuned(members)
         self.timeout = settings.answer_timeout
         self.feedback = feedback
-        self.messages = list(messages)
+        self.messages = merge_turns(messages)
         if self.format.instruction:
             self.messages = with_instruction(self.messages, self.format.instruction)
         self.answer = Answer(members=[m.label for m in self.members])
@@ -325,7 +356,9 @@ class Request:
     def _update(self, event: RoundEvent) -> Update:
         if self._splitter is None:
             return Update(event, event.text)
-        prose, calls = self._splitter.step(event.text, event.finished)
+        prose, parsed = self._splitter.step(event.text, event.finished)
+        calls = [replace(c, id=f"call_{uuid.uuid4().hex[:24]}") for c in parsed]
+        self.answer.tool_calls.extend(calls)
         return Update(event, prose, tuple(calls))
 
     async def aclose(self) -> None:
@@ -335,6 +368,35 @@ class Request:
             await rounds.aclose()
         sessions, self._sessions = self._sessions, []
         await asyncio.gather(*(s.aclose() for s in sessions))
+
+
+def merge_turns(messages: Sequence[Message]) -> list[Message]:
+    """The conversation with consecutive text turns of one role merged into one (many chat
+    templates refuse two user turns in a row); tool turns and turns with tool calls stay
+    apart."""
+    merged: list[Message] = []
+    for message in messages:
+        last = merged[-1] if merged else None
+        if (
+            last
+            and last["role"] == message["role"] != "tool"
+            and not (last.get("tool_calls") or message.get("tool_calls"))
+        ):
+            merged[-1] = {**last, "content": f"{last['content']}\n\n{message['content']}"}
+        else:
+            merged.append(dict(message))  # type: ignore[arg-type]
+    return merged
+
+
+async def warm_up(members: Sequence[Member]) -> None:
+    """Resolve and load every member's backend now (fetching and converting a built-in one
+    on first use), so the first request does not wait for it."""
+
+    async def load(member: Member) -> None:
+        member = await asyncio.to_thread(resolve, member)
+        await asyncio.to_thread(backend, member)
+
+    await asyncio.gather(*(load(m) for m in members))
 
 
 async def count_tokens(

@@ -129,3 +129,26 @@ async def test_members_may_run_in_another_dtype(tiny_models):
     ]
     answer = await run(members, seed=8, max_tokens=16)
     assert answer.rounds and all(len(e.scores) == 2 for e in answer.rounds if e.verified)
+
+
+async def test_warm_up_loads_every_member_before_the_first_request(tiny_models):
+    from specem_chain.backends import registry
+    from specem_chain.request import warm_up
+
+    members = [Member.local(str(tiny_models["plain"]), name="warm")]
+    key = registry.key(members[0])
+    registry._backends.pop(key, None)
+    await warm_up(members)
+    assert key in registry._backends
+    loaded = registry._backends[key]
+    await warm_up(members)
+    assert registry._backends[key] is loaded  # loaded once, shared
+
+
+async def test_bad_request_input_is_a_value_error_before_any_member_runs(pair):
+    from specem_chain.errors import RequestError
+
+    for members, messages in (([], QUESTION), (pair, [])):
+        with pytest.raises(RequestError) as caught:
+            await run(members, messages)
+        assert isinstance(caught.value, ValueError)

@@ -4,6 +4,7 @@ default ensemble writing valid calls and objects."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 from langchain_core.messages import AIMessage, AIMessageChunk, HumanMessage, ToolMessage
@@ -175,7 +176,12 @@ def test_calls_stream_as_chunks_and_bad_ones_become_invalid_calls():
         'Checking.<tool_call>\n{"name": "get_weather", "arguments": {"location": "Oslo"}}\n'
         "</tool_call>\n<tool_call>\n{not json}\n</tool_call>"
     )
-    pieces = [splitter.step(text[:20], False), splitter.step(text[20:], True)]
+    steps = [splitter.step(text[:20], False), splitter.step(text[20:], True)]
+    # the request gives every call its id
+    pieces = [
+        (c, [replace(t, id=f"call_{i}{j}") for j, t in enumerate(ts)])
+        for i, (c, ts) in enumerate(steps)
+    ]
     message = join(
         [AIMessageChunk(content=c, tool_call_chunks=[ids.chunk(t) for t in ts]) for c, ts in pieces]
     )

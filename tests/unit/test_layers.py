@@ -21,6 +21,7 @@ LAYERS = {
     "answer_formats": 5,
     "feedback": 5,
     "request": 5,
+    "sync": 5,
     "chat_model": 6,
     "structured_output": 6,
     "report": 6,

@@ -14,6 +14,7 @@ from specem_chain.engine.tool_calls import (
     TOOL_CALL_OPEN,
     ParsedCall,
     ToolCallSplitter,
+    parse_call,
     split_tool_calls,
 )
 
@@ -83,10 +84,13 @@ def test_unterminated_incomplete_block_is_invalid():
     assert not call.valid and call.error.startswith("not valid JSON")
 
 
-def test_invalid_json_keeps_the_raw_text():
+def test_invalid_json_keeps_the_raw_text_and_a_readable_name():
     body = '{"name": "get_weather" "arguments": {}}'
     call = only_call(block(body))
-    assert (call.name, call.args, call.text) == (None, None, f"\n{body}\n")
+    assert (call.name, call.args, call.text) == ("get_weather", None, f"\n{body}\n")
+    cut = parse_call('{"name": "get_weather", "arguments": {"location": "Par')
+    assert (cut.name, cut.args, cut.valid) == ("get_weather", None, False)
+    assert parse_call('{"arguments": {}, "name": 3').name is None
     assert call.error.startswith("not valid JSON: Expecting ',' delimiter: line 2 column 24")
 
 

@@ -23,6 +23,7 @@ TOOL_CALL_OPEN = "<tool_call>"
 TOOL_CALL_CLOSE = "</tool_call>"
 
 _FENCE = re.compile(r"```(?i:json)?(.*?)(?:```)?", re.DOTALL)
+_NAME = re.compile(r'^\s*\{\s*"name"\s*:\s*"([^"\\]+)"')
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,7 @@ class ParsedCall:
     name: str | None  # the tool name, when one could be read
     args: dict[str, Any] | None  # the arguments; None when the call is invalid
     error: str | None = None  # why the call is invalid; None when valid
+    id: str = ""  # given by the request, the same for every front end
 
     @property
     def valid(self) -> bool:
@@ -51,8 +53,9 @@ def parse_call(text: str) -> ParsedCall:
     """Read one call: a JSON object with a ``name`` and optional ``arguments`` (or
     ``parameters``): an object, or a string holding one."""
     call, error = _loads(text)
-    if error:
-        return ParsedCall(text, None, None, error)
+    if error:  # cut short, say: its name may still be readable
+        name = _NAME.search(text)
+        return ParsedCall(text, name.group(1) if name else None, None, error)
     if not isinstance(call, dict):
         return ParsedCall(text, None, None, "not a JSON object")
     name = call.get("name")

@@ -1,12 +1,15 @@
 """Real LlamaIndex flows on the embedded default ensemble (real weights): a forced tool
-call, an agent calling a tool, and a query engine over a vector index (the docs' example)."""
+call, structured prediction, an agent calling a tool, and a query engine over a vector
+index (the docs' examples)."""
 
 from __future__ import annotations
 
 import pytest
 from llama_index.core.agent.workflow import AgentOutput, ToolCallResult
+from llama_index.core.prompts import PromptTemplate
 from llama_index.core.tools import FunctionTool
 from llama_index.llms.specem import SpecEM
+from pydantic import BaseModel
 
 pytestmark = pytest.mark.models
 
@@ -41,6 +44,18 @@ async def test_predict_and_call_runs_the_forced_call():
     assert len(calls) == 1 and isinstance(calls[0], str) and calls[0]
     assert result.sources[0].tool_name == "get_weather" and not result.sources[0].is_error
     assert result.response == f"It is sunny and 24 degrees in {calls[0]}."
+
+
+class Person(BaseModel):
+    name: str
+    age: int
+
+
+def test_structured_predict_fills_the_model_through_a_forced_call():
+    prompt = PromptTemplate("Extract the person: {text}")
+    llm = SpecEM(seed=0, max_tokens=48)
+    person = llm.structured_predict(Person, prompt, text="Maria is 34 years old.")
+    assert isinstance(person, Person) and person.name
 
 
 async def test_an_agent_calls_the_tool_then_answers():

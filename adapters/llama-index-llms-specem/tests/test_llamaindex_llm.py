@@ -54,6 +54,13 @@ def test_metadata_describes_the_ensemble(llm):
     assert SpecEM(members=["smollm2"], max_tokens=5, context_window=2048).metadata.num_output == 5
 
 
+def test_it_serializes_as_llamaindex_components_do():
+    llm = SpecEM(members=["smollm2", Member(source="/models/mine", name="mine")], seed=3)
+    again = SpecEM.from_dict(llm.to_dict())
+    assert again.members == llm.members and again.seed == 3
+    assert llm.to_dict()["class_name"] == "SpecEM_llm"
+
+
 def test_the_default_ensemble_is_the_embedded_one():
     assert SpecEM().metadata.model_name == (
         "specem[smollm2-135m-instruct, qwen2.5-coder-0.5b-instruct]"

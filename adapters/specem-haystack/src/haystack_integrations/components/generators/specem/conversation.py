@@ -1,0 +1,82 @@
+"""Haystack chat messages and tools in the request's format: chat-template turns and OpenAI
+function tools."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from haystack.dataclasses import ChatMessage, ChatRole, TextContent, ToolCall
+from haystack.tools import Tool, Toolset, _check_duplicate_tool_names, flatten_tools_or_toolsets
+from specem_chain.engine.types import Message
+
+ToolsArg = list[Tool | Toolset] | Toolset | None
+
+
+def openai_tools(tools: ToolsArg) -> list[dict]:
+    """Haystack tools (and the tools of toolsets) as OpenAI function tools; a ValueError
+    names a duplicated tool name."""
+    flat = flatten_tools_or_toolsets(tools)
+    _check_duplicate_tool_names(flat)
+    return [{"type": "function", "function": dict(tool.tool_spec)} for tool in flat]
+
+
+def _text(message: ChatMessage, index: int) -> str:
+    """The message's text parts, joined; images and files get a clear error."""
+    if message.images or message.files:
+        raise ValueError(
+            f"message {index} ({message.role.value}) has an image or a file; "
+            "SpecEMChatGenerator accepts text content only"
+        )
+    return "".join(message.texts)
+
+
+def _call(call: ToolCall) -> dict:
+    return {
+        "id": call.id or "",
+        "type": "function",
+        "function": {"name": call.tool_name, "arguments": call.arguments},
+    }
+
+
+def to_turn(message: ChatMessage, index: int) -> Message:
+    """One Haystack message as a chat-template turn."""
+    if message.role is ChatRole.TOOL:
+        result = message.tool_call_result
+        if result is None or len(message.tool_call_results) > 1:
+            raise ValueError(f"message {index} (tool) must hold exactly one tool call result")
+        content = result.result
+        if not isinstance(content, str):
+            if not all(isinstance(part, TextContent) for part in content):
+                raise ValueError(
+                    f"message {index} (tool) has an image or a file in its result; "
+                    "SpecEMChatGenerator accepts text content only"
+                )
+            content = "".join(part.text for part in content)
+        return {
+            "role": "tool",
+            "content": content,
+            "tool_call_id": result.origin.id or "",
+            "name": result.origin.tool_name,
+        }
+    turn: Message = {"role": message.role.value, "content": _text(message, index)}
+    if message.tool_calls:
+        turn["tool_calls"] = [_call(call) for call in message.tool_calls]
+    return turn
+
+
+def to_conversation(messages: Sequence[ChatMessage]) -> list[Message]:
+    """Haystack messages as chat-template turns, merging consecutive text turns of one role
+    (tool turns and turns with tool calls stay apart), as the LangChain front end does."""
+    conversation: list[Message] = []
+    for index, message in enumerate(messages):
+        turn = to_turn(message, index)
+        last = conversation[-1] if conversation else None
+        if (
+            last
+            and last["role"] == turn["role"] != "tool"
+            and not (last.get("tool_calls") or turn.get("tool_calls"))
+        ):
+            last["content"] += "\n\n" + turn["content"]
+        else:
+            conversation.append(turn)
+    return conversation

@@ -1,0 +1,108 @@
+"""The generator's options in the request's terms: members, settings and answer options, and
+the members as plain data for ``to_dict``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from haystack.utils import Secret
+from pydantic import SecretStr
+from specem_chain import Member, RequestSettings
+from specem_chain.models import DEFAULT_MEMBERS
+
+SETTINGS = tuple(RequestSettings.model_fields)
+"""``generation_kwargs`` keys that are request settings (declared once, in RequestSettings)."""
+ANSWER_OPTIONS = ("stop", "tool_choice", "response_format")
+"""``generation_kwargs`` keys that shape the answer."""
+
+MemberSpec = str | Member | Mapping[str, Any]
+
+
+def to_members(members: MemberSpec | Sequence[MemberSpec] | None) -> list[Member]:
+    """Members from specs (a built-in name, a folder, a ``.gguf``, ``tgi+URL``,
+    ``openai+URL#model``), ``Member`` objects or their dumps; None: the default ensemble."""
+    if members is None:
+        members = list(DEFAULT_MEMBERS)
+    if isinstance(members, (str, Member, Mapping)):
+        members = [members]
+    if not members:
+        raise ValueError("give at least one member")
+    resolved = [
+        m if isinstance(m, Member) else Member(source=m) if isinstance(m, str) else Member(**m)
+        for m in members
+    ]
+    labels = [m.label for m in resolved]
+    if len(set(labels)) != len(labels):
+        raise ValueError(f"member names must be unique, got {labels}; set Member.name")
+    return resolved
+
+
+def member_data(member: Member) -> str | dict[str, Any]:
+    """A member as its spec string when that is all it sets, else its non-default fields.
+    An API key is never written: give it as a ``Secret`` in ``api_keys``."""
+    if member.api_key is not None:
+        raise ValueError(
+            f"member {member.label!r} holds its api_key in plain text, which to_dict does not "
+            f"write; give it as SpecEMChatGenerator(api_keys={{{member.label!r}: "
+            "Secret.from_env_var('YOUR_KEY_VARIABLE')}) instead"
+        )
+    data = member.model_dump(mode="json", exclude_defaults=True)
+    return member.source if data == {"source": member.source} else data
+
+
+def check_api_keys(api_keys: Mapping[str, Secret], members: Sequence[Member]) -> None:
+    """Each key names a remote member and each value is a Haystack ``Secret``."""
+    remote = [m.label for m in members if m.remote]
+    for label, secret in api_keys.items():
+        if label not in remote:
+            raise ValueError(
+                f"api_keys names {label!r}, which is not a remote member; remote members: {remote}"
+            )
+        if not isinstance(secret, Secret):
+            raise TypeError(
+                f"api_keys[{label!r}] must be a haystack.utils.Secret, e.g. "
+                "Secret.from_env_var('YOUR_KEY_VARIABLE'), not a plain value"
+            )
+
+
+def with_api_keys(members: Sequence[Member], api_keys: Mapping[str, Secret]) -> list[Member]:
+    """The members, each remote one with its key resolved from its ``Secret``."""
+    return [
+        m.model_copy(update={"api_key": SecretStr(api_keys[m.label].resolve_value())})
+        if m.label in api_keys
+        else m
+        for m in members
+    ]
+
+
+@dataclass(frozen=True)
+class CallOptions:
+    """One call's ``generation_kwargs``, checked: the request's settings and answer options."""
+
+    settings: RequestSettings
+    stop: list[str]
+    tool_choice: Any = None
+    response_format: dict[str, Any] | None = None
+
+    @classmethod
+    def of(cls, generation_kwargs: Mapping[str, Any]) -> CallOptions:
+        """Check ``generation_kwargs``: an unknown key raises a ValueError that lists the
+        known ones, a bad value a pydantic ValidationError that names it."""
+        unknown = [k for k in generation_kwargs if k not in (*SETTINGS, *ANSWER_OPTIONS)]
+        if unknown:
+            raise ValueError(
+                f"unsupported generation_kwargs {unknown}; SpecEMChatGenerator takes "
+                f"{', '.join((*SETTINGS, *ANSWER_OPTIONS))}"
+            )
+        settings = RequestSettings.model_validate(
+            {k: v for k, v in generation_kwargs.items() if k in SETTINGS}
+        )
+        stop = generation_kwargs.get("stop") or []
+        return cls(
+            settings=settings,
+            stop=[stop] if isinstance(stop, str) else list(stop),
+            tool_choice=generation_kwargs.get("tool_choice"),
+            response_format=generation_kwargs.get("response_format"),
+        )

@@ -1,0 +1,129 @@
+"""A request's updates as Haystack streaming chunks, and its answer as the reply.
+
+Every round gives a chunk of its prose, and a chunk per tool call completed in it (a chunk
+holds text or tool calls, not both); a round that released neither gives an empty chunk,
+so no round is lost. Content blocks are numbered in order: the prose up to a call is one
+block, each call is one, and prose after a call starts a new one (``start`` marks a
+block's first chunk). The round's provenance rides on its first chunk
+(``meta["specem"]["segments"]``); the last chunk also carries ``finish_reason``, ``usage``
+and the answer's provenance summary.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from haystack.dataclasses import (
+    ChatMessage,
+    ComponentInfo,
+    StreamingChunk,
+    ToolCall,
+    ToolCallDelta,
+)
+from specem_chain import Answer, Update
+from specem_chain.request import segment_record
+
+FINISH_REASONS = {"end_of_turn": "stop", "stop_sequence": "stop", "length": "length"}
+"""The engine's finish reasons in OpenAI's (and Haystack's) words."""
+
+
+@dataclass
+class Reply:
+    """One answer as it streams: its chunks' content blocks, then the reply."""
+
+    model: str
+    component_info: ComponentInfo | None = None
+    text: list[str] = field(default_factory=list)
+    calls: list[ToolCall] = field(default_factory=list)
+    invalid_calls: list[dict[str, Any]] = field(default_factory=list)
+    started_at: str | None = None
+    _block: int = field(default=-1, init=False)
+    """The current content block's index."""
+    _in_text: bool = field(default=False, init=False)
+    """Whether the current block is prose."""
+
+    def chunks(self, update: Update, answer: Answer) -> list[StreamingChunk]:
+        """The round's chunks (one, or one more per completed tool call)."""
+        now = datetime.now(timezone.utc).isoformat()
+        self.started_at = self.started_at or now
+        pieces: list[dict[str, Any]] = []
+        if update.text or not any(call.valid for call in update.tool_calls):
+            start = bool(update.text) and not self._in_text
+            if start:
+                self._block += 1
+                self._in_text = True
+            index = self._block if update.text else None
+            pieces.append({"content": update.text, "index": index, "start": start})
+        for call in update.tool_calls:
+            if not call.valid:
+                self.invalid_calls.append(
+                    {"name": call.name, "text": call.text, "error": call.error}
+                )
+                continue
+            self._block += 1
+            self._in_text = False
+            delta = ToolCallDelta(
+                index=self._block,
+                tool_name=call.name,
+                arguments=json.dumps(call.args, ensure_ascii=False),
+                id=f"call_{uuid.uuid4().hex[:24]}",
+            )
+            self.calls.append(ToolCall(tool_name=call.name, arguments=call.args, id=delta.id))
+            pieces.append(
+                {"content": "", "index": self._block, "start": True, "tool_calls": [delta]}
+            )
+        self.text.append(update.text)
+        meta = [{"model": self.model, "received_at": now} for _ in pieces]
+        meta[0]["specem"] = {"segments": [segment_record(update.event)]}
+        if update.finished:
+            final = self.meta(answer)
+            pieces[-1]["finish_reason"] = final["finish_reason"]
+            meta[-1]["usage"] = final["usage"]
+            meta[-1].setdefault("specem", {}).update(final["specem"])
+        return [
+            StreamingChunk(meta=m, component_info=self.component_info, **piece)
+            for piece, m in zip(pieces, meta)
+        ]
+
+    def meta(self, answer: Answer) -> dict[str, Any]:
+        """The reply's metadata: model, finish reason, usage and the specem provenance."""
+        usage = answer.usage()
+        finish = FINISH_REASONS[answer.finish_reason or "end_of_turn"]
+        if self.calls and finish != "length":
+            finish = "tool_calls"
+        specem: dict[str, Any] = {
+            "finish_reason": answer.finish_reason,
+            "wins": answer.wins,
+            "start_weights": answer.start_weights,
+            "weights": answer.weights,
+            "usage": usage["per_member"],
+            "answer_tokens": usage["answer_tokens"],
+            "dropped": answer.dropped,
+        }
+        if self.invalid_calls:
+            specem["invalid_tool_calls"] = self.invalid_calls
+        return {
+            "model": self.model,
+            "finish_reason": finish,
+            "usage": {
+                "prompt_tokens": usage["input_tokens"],
+                "completion_tokens": usage["output_tokens"],
+                "total_tokens": usage["total_tokens"],
+            },
+            "specem": specem,
+        }
+
+    def reply(self, answer: Answer) -> ChatMessage:
+        """The whole answer as one assistant message: the chunks' text and tool calls, and
+        the provenance of every round under ``meta["specem"]["segments"]``."""
+        meta = self.meta(answer)
+        meta["specem"]["segments"] = answer.segments()
+        return ChatMessage.from_assistant(
+            text="".join(self.text) or None,
+            tool_calls=self.calls or None,
+            meta={**meta, "index": 0, "completion_start_time": self.started_at},
+        )

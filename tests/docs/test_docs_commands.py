@@ -58,7 +58,8 @@ def test_every_included_example_is_run_by_a_test():
         for page in PAGES
         for match in re.finditer(r'--8<-- "examples/(\w+)\.py', page.read_text(encoding="utf-8"))
     }
-    tests = " ".join(p.read_text(encoding="utf-8") for p in (ROOT / "tests").rglob("test_*.py"))
+    files = [*(ROOT / "tests").rglob("test_*.py"), *(ROOT / "adapters").rglob("test_*.py")]
+    tests = " ".join(p.read_text(encoding="utf-8") for p in files)
     untested = [name for name in sorted(included) if f"from {name} import" not in tests]
     assert untested == []
 

@@ -204,3 +204,17 @@ def test_a_members_greedy_continuation_is_greedy(tiny_models):
 def test_rolling_loglikelihood_says_what_to_use_instead(pair):
     with pytest.raises(NotImplementedError, match="--model hf"):
         pair.loglikelihood_rolling([Instance("loglikelihood_rolling", {}, ("text",), 0)])
+
+
+def test_log_likelihoods_need_a_member_that_verifies(tiny_models):
+    drafter = Member(source=str(tiny_models["llama"]), role="drafter")
+    with pytest.raises(ValueError, match="verifies"):
+        SpecEMLM(members=[drafter]).loglikelihood([likelihood(QUESTION, " 72")])
+
+
+def test_unknown_generation_kwargs_are_named_once(pair, caplog):
+    with caplog.at_level("WARNING", logger="lm_eval_specem.model"):
+        for _ in range(2):
+            pair.specem_request(generation(QUESTION, top_k=5, until=[]))
+    warnings = [r.getMessage() for r in caplog.records]
+    assert warnings == ["specem ignores these generation kwargs: ['top_k']"]

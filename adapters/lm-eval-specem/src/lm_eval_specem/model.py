@@ -84,6 +84,7 @@ class SpecEMLM(LM):
             {k: v for k, v in options.items() if k in SETTINGS}
         )
         self.num_concurrent = num_concurrent
+        self._ignored: set[str] = set()
 
     @property
     def tokenizer_name(self) -> str:
@@ -119,9 +120,10 @@ class SpecEMLM(LM):
         """The conversation, settings and stop sequences that a ``generate_until`` request
         becomes (``repeat``: which of the request's repeats it is)."""
         context, gen_kwargs = request.args[0], dict(request.args[1])
-        ignored = [k for k in gen_kwargs if k not in GENERATION_KWARGS]
+        ignored = {k for k in gen_kwargs if k not in GENERATION_KWARGS} - self._ignored
         if ignored:
-            log.warning("specem ignores these generation kwargs: %s", ignored)
+            log.warning("specem ignores these generation kwargs: %s", sorted(ignored))
+            self._ignored |= ignored
         until = gen_kwargs.get("until") or []
         stop = [until] if isinstance(until, str) else [s for s in until if s]
         overrides: dict[str, Any] = {}
@@ -138,10 +140,10 @@ class SpecEMLM(LM):
 
     async def _generate(self, call: tuple[list[Message], RequestSettings, list[str]]) -> str:
         messages, settings, stop = call
-        async with open_request(self.members, messages, settings, stop=stop) as answer:
-            async for _ in answer:
+        async with open_request(self.members, messages, settings, stop=stop) as request:
+            async for _ in request:
                 pass
-        return answer.answer.text
+        return request.answer.text
 
     # -- log-likelihood --------------------------------------------------------------
 
@@ -152,10 +154,18 @@ class SpecEMLM(LM):
         continuation as the start of their answer to the context, averaged with the
         members' (uniform) starting weights; and whether it is greedy, which is reported
         when it is every member's greedy continuation (then specem writes it greedily)."""
-        contexts: dict[str, list[int]] = {}
+        if not any(m.verifies for m in self.members):
+            raise ValueError(
+                "log-likelihoods need a member that verifies (role 'both' or 'verifier')"
+            )
+        contexts: dict[tuple[bool, str], list[int]] = {}
         for index, request in enumerate(requests):
-            contexts.setdefault(request.args[0], []).append(index)
-        groups = [(c, [requests[i].args[1] for i in found]) for c, found in contexts.items()]
+            context = request.args[0]
+            contexts.setdefault((isinstance(context, ChatHistory), context), []).append(index)
+        groups = [
+            (requests[found[0]].args[0], [requests[i].args[1] for i in found])
+            for found in contexts.values()
+        ]
         scored = run(self._each(groups, self._score, "specem loglikelihood", disable_tqdm))
         results: list[tuple[float, bool]] = [(0.0, False)] * len(requests)
         for found, values in zip(contexts.values(), scored):

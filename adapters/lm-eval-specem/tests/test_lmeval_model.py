@@ -3,6 +3,8 @@ generate_until as specem requests, log-likelihoods from the members' scores."""
 
 from __future__ import annotations
 
+from importlib.metadata import entry_points
+
 import pytest
 import torch
 from lm_eval.api.instance import Instance
@@ -55,6 +57,11 @@ def test_the_harness_builds_the_model_from_its_model_args_string(tiny_models):
     device = "cuda:0" if torch.cuda.is_available() else "cpu"
     assert [m.device for m in lm.members] == [device, device]
     assert lm.tokenizer_name == "specem[llama,qwen2]"
+
+
+def test_the_harness_plugin_entry_point_names_the_model():
+    [entry] = [e for e in entry_points(group="lm_eval.models") if e.name == "specem"]
+    assert entry.load() is SpecEMLM is get_model("specem")
 
 
 def test_member_settings_apply_to_members_in_this_process_only(tiny_models):

@@ -4,7 +4,8 @@ the model ``specem`` registered and this package's tasks on the include path.
 lm-eval 0.4 finds models only in its own registry, which an installed package cannot add
 to before the ``lm_eval`` command resolves ``--model``; importing the model first and then
 running the harness's CLI is the way its maintainers suggest (EleutherAI/lm-evaluation-harness
-issue 1621). The arguments are the harness's, unchanged, plus these defaults: when no
+issue 1621); a harness with plugin support reads the package's ``lm_eval.models`` entry
+point instead. The arguments are the harness's, unchanged, plus these defaults: when no
 ``--include_path`` is given, this package's tasks folder; when a task named ``*ifeval*`` is
 asked for, NLTK's Punkt tables are made available first (from specem's cache).
 """

@@ -86,6 +86,23 @@ def test_a_task_without_its_files_says_how_to_give_them():
         tasks.load(["gsm8k_local"])
 
 
+def test_gsm8k_local_runs_zero_shot_without_a_train_file(tiny_models, data):
+    only_test = {"gsm8k_test": data["gsm8k_test"]}
+    tasks = TaskManager(include_path=str(TASKS_DIR), include_defaults=False, metadata=only_test)
+    results = lm_eval.simple_evaluate(
+        model="specem",
+        model_args=f"members={tiny_models['llama']}",
+        tasks=["gsm8k_local"],
+        task_manager=tasks,
+        num_fewshot=0,
+        limit=1,
+        gen_kwargs="max_gen_toks=3",
+        log_samples=True,
+    )
+    [context, _] = results["samples"]["gsm8k_local"][0]["arguments"][0]
+    assert context.startswith("Question: ") and context.count("Question: ") == 1
+
+
 def test_the_example_runs_both_tasks(tiny_models, data):
     members = f"{tiny_models['llama']};{tiny_models['qwen2']}"
     results = evaluate_offline(members, data, limit=1, num_fewshot=1, max_gen_toks=4)

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from typer.testing import CliRunner
 
 from specem_chain.cli import app
 
 runner = CliRunner()
+ROOT = Path(__file__).parents[2]
 
 
 def test_eval_runs_end_to_end_and_resumes(tiny_models, tmp_path):
@@ -65,3 +67,38 @@ def test_eval_rejects_an_unknown_system(tiny_models, tmp_path):
     result = runner.invoke(app, [*args, "--systems", "vote", "--out", out])
     assert result.exit_code == 2
     assert "unknown systems ['vote']" in result.output
+
+
+def test_eval_scores_the_instruction_development_set_with_ifevals_checkers(tiny_models, tmp_path):
+    out = tmp_path / "out"
+    args = [
+        "eval",
+        "--task",
+        "instructions",
+        "--data",
+        str(ROOT / "benchmarks" / "data" / "instructions-dev.jsonl"),
+        "--members",
+        f"{tiny_models['llama']},{tiny_models['qwen2']}",
+        "--limit",
+        "3",
+        "--systems",
+        "member:llama,specem",
+        "--max-tokens",
+        "6",
+        "--out",
+        str(out),
+    ]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert list(metrics) == [
+        "prompt_level_strict_acc",
+        "inst_level_strict_acc",
+        "prompt_level_loose_acc",
+        "inst_level_loose_acc",
+    ]
+    for by_system in metrics.values():
+        assert set(by_system) == {"member:llama", "specem"}
+        assert all(s["n"] == 3 and 0 <= s["score"] <= 1 for s in by_system.values())
+    records = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
+    assert sorted(r["id"] for r in records if r["system"] == "specem") == ["1000", "1001", "1002"]

@@ -56,6 +56,53 @@ def test_no_values_is_an_error():
         bootstrap([])
 
 
+def test_a_weighted_mean_pools_what_the_weights_count():
+    # Two prompts: 1 of 1 instruction followed, and 1 of 3. Pooled: 2 of 4, not (1 + 1/3) / 2.
+    result = bootstrap([1.0, 1 / 3], weights=[1, 3], seed=0)
+    assert result["score"] == pytest.approx(0.5)
+    assert result["ci_low"] <= 0.5 <= result["ci_high"]
+    assert result["n"] == 2
+    assert bootstrap([0.2, 0.8], weights=[1, 1], seed=4) == bootstrap([0.2, 0.8], seed=4)
+
+
+def test_instruction_level_scores_are_pooled_over_instructions(tmp_path):
+    store = ResultStore(tmp_path / "results.jsonl")
+    store.add({"system": "specem", "id": "1", "text": "no commas here"})
+    store.add({"system": "specem", "id": "2", "text": "Commas, Capitals, and more."})
+    examples = [
+        Example("1", 0, "p", _instructions(1, ["punctuation:no_comma"])),
+        Example(
+            "2",
+            1,
+            "p",
+            _instructions(
+                2,
+                [
+                    "punctuation:no_comma",
+                    "change_case:english_lowercase",
+                    "keywords:existence",
+                ],
+                [{}, {}, {"keywords": ["more"]}],
+            ),
+        ),
+    ]
+    task = TASKS["instructions"]
+    summary = summarise(task, score_answers(task, store, ["specem"], examples))
+    assert list(summary) == list(task.metrics)
+    assert summary["prompt_level_strict_acc"]["specem"]["score"] == 0.5
+    # 1 of 1 and 1 of 3 instructions followed: 2 of 4 pooled (a mean of shares says 2/3).
+    assert summary["inst_level_strict_acc"]["specem"]["score"] == pytest.approx(0.5)
+
+
+def _instructions(key: int, ids: list[str], kwargs: list[dict] | None = None) -> dict:
+    return {
+        "key": key,
+        "prompt": "p",
+        "instruction_id_list": ids,
+        "kwargs": kwargs or [{} for _ in ids],
+    }
+
+
 def test_summary_covers_the_run_examples_only_and_writes_every_file(tmp_path):
     store = ResultStore(tmp_path / "results.jsonl")
     for system, hits in (("member:a", [1, 0, 1]), ("specem", [1, 1, 1])):

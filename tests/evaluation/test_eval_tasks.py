@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from specem_chain.evaluation import ifeval
 from specem_chain.evaluation.tasks import TASKS, DataError, extract_number, rouge
 
 ROOT = Path(__file__).parents[2]
@@ -91,7 +92,7 @@ def test_reference_task_scores_rouge_against_the_reference(tmp_path):
     assert TASKS["reference"].score(example, "red sea") == {"rougeL": 0.0, "rouge2": 0.0}
 
 
-def test_instructions_score_prompt_level_and_share(tmp_path):
+def test_instructions_score_as_ifeval_does(tmp_path):
     data = tmp_path / "i.jsonl"
     record = {
         "key": 7,
@@ -103,24 +104,60 @@ def test_instructions_score_prompt_level_and_share(tmp_path):
     [example] = TASKS["instructions"].load(data)
     assert example.id == "7"
     score = TASKS["instructions"].score
-    assert score(example, "all fine here") == {"prompt_strict": 1.0, "instructions_followed": 1.0}
-    assert score(example, "fine, lowercase") == {
-        "prompt_strict": 0.0,
-        "instructions_followed": 0.5,
+    assert score(example, "all is fine here in the small town") == {
+        "prompt_level_strict_acc": 1.0,
+        "inst_level_strict_acc": 1.0,
+        "prompt_level_loose_acc": 1.0,
+        "inst_level_loose_acc": 1.0,
+        "instructions": 2.0,
     }
+    half = score(example, "all is fine here, in the small town")
+    assert (half["prompt_level_strict_acc"], half["inst_level_strict_acc"]) == (0.0, 0.5)
 
 
 def test_unknown_instruction_is_a_data_error(tmp_path):
     data = tmp_path / "i.jsonl"
     record = {"key": 1, "prompt": "p", "instruction_id_list": ["made:up"], "kwargs": [{}]}
     data.write_text(json.dumps(record) + "\n")
-    with pytest.raises(DataError, match="made:up"):
+    with pytest.raises(DataError, match=r"i.jsonl:1: .*made:up"):
         TASKS["instructions"].load(data)
 
 
+def test_an_instruction_with_wrong_arguments_is_a_data_error(tmp_path):
+    data = tmp_path / "i.jsonl"
+    record = {
+        "key": 1,
+        "prompt": "p",
+        "instruction_id_list": ["keywords:existence"],
+        "kwargs": [{"keyword": ["a"]}],  # the argument is "keywords"
+    }
+    data.write_text(json.dumps(record) + "\n")
+    with pytest.raises(DataError, match="keywords:existence"):
+        TASKS["instructions"].load(data)
+
+
+def test_every_line_of_the_development_set_builds_with_ifevals_checkers():
+    path = ROOT / "benchmarks" / "data" / "instructions-dev.jsonl"
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    examples = TASKS["instructions"].load(path)
+    assert len(examples) == len(lines) == 192
+    types = {i for line in lines for i in line["instruction_id_list"]}
+    assert types == set(ifeval.harness().instructions_registry.INSTRUCTION_DICT)
+    # Each example scores: the checkers run on an answer without raising.
+    for example in examples:
+        scores = TASKS["instructions"].score(example, "A short answer. It has two sentences.")
+        assert scores["instructions"] == len(example.reference["instruction_id_list"])
+
+
 @pytest.mark.parametrize(
-    ("task", "name"), [("instructions", "instructions"), ("reference", "reference")]
+    ("task", "name", "count"),
+    [
+        ("instructions", "instructions", 32),
+        ("instructions", "instructions-dev", 192),
+        ("reference", "reference", 32),
+        ("reference", "reference-dev", 187),
+    ],
 )
-def test_the_shipped_sets_load(task, name):
+def test_the_shipped_sets_load(task, name, count):
     examples = TASKS[task].load(ROOT / "benchmarks" / "data" / f"{name}.jsonl")
-    assert len(examples) >= 30
+    assert len(examples) == count

@@ -29,18 +29,26 @@ Summary = dict[str, dict[str, Score]]
 
 
 def bootstrap(
-    values: Sequence[float], *, seed: int = 0, resamples: int = RESAMPLES, level: float = 0.95
+    values: Sequence[float],
+    *,
+    weights: Sequence[float] | None = None,
+    seed: int = 0,
+    resamples: int = RESAMPLES,
+    level: float = 0.95,
 ) -> Score:
-    """The mean of ``values`` with a percentile bootstrap interval (seeded, reproducible)."""
+    """The mean of ``values`` (weighted by ``weights`` if given: sum(w*v) / sum(w)) with a
+    percentile bootstrap interval over the examples (seeded, reproducible)."""
     data = np.asarray(values, dtype=float)
     if data.size == 0:
         raise ValueError("no values to summarise")
+    w = np.ones_like(data) if weights is None else np.asarray(weights, dtype=float)
     rng = np.random.default_rng(seed)
-    means = data[rng.integers(0, data.size, size=(resamples, data.size))].mean(axis=1)
+    picks = rng.integers(0, data.size, size=(resamples, data.size))
+    means = (data[picks] * w[picks]).sum(axis=1) / w[picks].sum(axis=1)
     low, high = np.quantile(means, [(1 - level) / 2, (1 + level) / 2])
     # Rounding must not put a mean outside the data's range or outside its own interval.
     smallest, largest = float(data.min()), float(data.max())
-    mean = min(max(float(data.mean()), smallest), largest)
+    mean = min(max(float((data * w).sum() / w.sum()), smallest), largest)
     return Score(
         score=mean,
         ci_low=min(max(float(low), smallest), mean),
@@ -71,14 +79,17 @@ def score_answers(
 
 
 def summarise(task: Task, scores: Scores, seed: int = 0) -> Summary:
-    """Every metric of every system with at least one finished example."""
+    """Every metric of every system with at least one finished example (a metric in
+    ``task.weights`` weighted by its score key)."""
     summary: Summary = {metric: {} for metric in task.metrics}
     for system, by_example in scores.items():
         if not by_example:
             continue
         for metric in task.metrics:
             values = [s[metric] for s in by_example.values()]
-            summary[metric][system] = bootstrap(values, seed=seed)
+            key = task.weights.get(metric)
+            weights = [s[key] for s in by_example.values()] if key else None
+            summary[metric][system] = bootstrap(values, weights=weights, seed=seed)
     return summary
 
 

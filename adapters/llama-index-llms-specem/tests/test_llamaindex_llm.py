@@ -200,14 +200,16 @@ def test_openai_style_tool_calls_in_additional_kwargs_are_read_too():
     assert turn["tool_calls"][0]["function"]["arguments"] == {"location": "Oslo"}
 
 
-def test_consecutive_text_turns_of_one_role_are_merged():
-    turns = to_conversation(
+def test_consecutive_text_turns_of_one_role_are_merged(llm):
+    """The request merges them (specem_chain.request.merge_turns); none runs here."""
+    turns = llm._request(
         [
             ChatMessage(role="system", content="A."),
             ChatMessage(role="developer", content="B."),
             ChatMessage(role="user", content="Q?"),
-        ]
-    )
+        ],
+        {},
+    ).messages
     assert turns == [{"role": "system", "content": "A.\n\nB."}, {"role": "user", "content": "Q?"}]
 
 

@@ -24,16 +24,17 @@ from llama_index.core.base.llms.types import (
     TextBlock,
     ToolCallBlock,
 )
-from llama_index.core.bridge.pydantic import Field, field_validator, model_validator
+from llama_index.core.bridge.pydantic import Field, field_validator
 from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_callback
 from llama_index.core.llms.function_calling import FunctionCallingLLM
 from llama_index.core.llms.llm import ToolSelection
 
 from specem_chain import Feedback, Member, Request, RequestSettings, Update, open_request
+from specem_chain.members import member_list
 from specem_chain.models import DEFAULT_MEMBERS
 from specem_chain.request import segment_record
+from specem_chain.sync import iterate_sync
 
-from ._sync import iterate_sync
 from .messages import invalid_call, to_conversation, to_tool, tool_block, tool_selections
 
 if TYPE_CHECKING:
@@ -47,7 +48,6 @@ CALL_SETTINGS = tuple(RequestSettings.model_fields)
 """Settings a call may override (``llm.chat(messages, seed=3)``): all of the request's."""
 ANSWER_OPTIONS = ("stop", "tools", "tool_choice", "response_format")
 """Call arguments that shape the answer."""
-FINISH_REASONS = {"end_of_turn": "stop", "stop_sequence": "stop", "length": "length"}
 
 
 class SpecEM(FunctionCallingLLM, RequestSettings):
@@ -90,21 +90,8 @@ class SpecEM(FunctionCallingLLM, RequestSettings):
 
     @field_validator("members", mode="before")
     @classmethod
-    def _members_from_specs(cls, members: Any) -> Any:
-        if isinstance(members, (str, Member)):
-            members = [members]
-        if isinstance(members, Sequence) and not members:
-            raise ValueError("give at least one member")
-        if isinstance(members, Sequence):
-            return [Member(source=m) if isinstance(m, str) else m for m in members]
-        return members
-
-    @model_validator(mode="after")
-    def _unique_member_names(self) -> SpecEM:
-        labels = [m.label for m in self.members]
-        if len(set(labels)) != len(labels):
-            raise ValueError(f"member names must be unique, got {labels}; set Member.name")
-        return self
+    def _members_from_specs(cls, members: Any) -> list[Member]:
+        return member_list(members)
 
     @classmethod
     def class_name(cls) -> str:
@@ -167,7 +154,7 @@ class SpecEM(FunctionCallingLLM, RequestSettings):
                     blocks=[TextBlock(text=text), *blocks],
                     additional_kwargs={"invalid_tool_calls": list(invalid)} if invalid else {},
                 )
-                raw = self._raw(run, update, bool(blocks))
+                raw = self._raw(run, update)
                 yield ChatResponse(
                     message=message,
                     delta=update.text,
@@ -175,7 +162,7 @@ class SpecEM(FunctionCallingLLM, RequestSettings):
                     additional_kwargs=dict(raw["usage"]),
                 )
 
-    def _raw(self, run: Request, update: Update, called: bool) -> dict[str, Any]:
+    def _raw(self, run: Request, update: Update) -> dict[str, Any]:
         """A response's ``raw``: the model, token counts so far, this round's segment, and,
         once the answer is finished, the finish reason and the whole provenance."""
         answer = run.answer
@@ -191,18 +178,8 @@ class SpecEM(FunctionCallingLLM, RequestSettings):
             "specem": {"segment": segment_record(update.event)},
         }
         if update.finished:
-            reason = FINISH_REASONS[answer.finish_reason or "end_of_turn"]
-            raw["finish_reason"] = "tool_calls" if called and reason != "length" else reason
-            raw["specem"].update(
-                finish_reason=answer.finish_reason,
-                segments=answer.segments(),
-                wins=answer.wins,
-                start_weights=answer.start_weights,
-                weights=answer.weights,
-                usage=usage["per_member"],
-                answer_tokens=usage["answer_tokens"],
-                dropped=answer.dropped,
-            )
+            raw["finish_reason"] = answer.stop_reason
+            raw["specem"].update(answer.summary(), segments=answer.segments())
         return raw
 
     @staticmethod

@@ -31,7 +31,7 @@ from llama_index.core.llms.llm import ToolSelection
 
 from specem_chain import Feedback, Member, Request, RequestSettings, Update, open_request
 from specem_chain.members import member_list
-from specem_chain.models import DEFAULT_MEMBERS
+from specem_chain.models import DEFAULT_MEMBERS, builtin
 from specem_chain.request import segment_record
 from specem_chain.sync import iterate_sync
 
@@ -41,9 +41,9 @@ if TYPE_CHECKING:
     from llama_index.core.tools.types import BaseTool
 
 DEFAULT_CONTEXT_WINDOW = 8192
-"""Tokens of context assumed for the ensemble: what the built-in members get on llama.cpp.
-A member with a smaller context fails a longer prompt with a clear error; set
-``context_window`` to the smallest of your members' contexts."""
+"""Tokens of context assumed for an ensemble with a member that is not built-in (whose
+context specem-chain does not know). A member with a smaller context fails a longer prompt
+with a clear error; set ``context_window`` to the smallest of your members' contexts."""
 CALL_SETTINGS = tuple(RequestSettings.model_fields)
 """Settings a call may override (``llm.chat(messages, seed=3)``): all of the request's."""
 ANSWER_OPTIONS = ("stop", "tools", "tool_choice", "response_format")
@@ -76,10 +76,11 @@ class SpecEM(FunctionCallingLLM, RequestSettings):
         description="The ensemble: Member objects or member specs.",
     )
     stop: list[str] | None = Field(None, description="The answer ends before any of these.")
-    context_window: int = Field(
-        DEFAULT_CONTEXT_WINDOW,
+    context_window: int | None = Field(
+        None,
         gt=0,
-        description="Tokens of context LlamaIndex may fill (the smallest member's context).",
+        description="Tokens of context LlamaIndex may fill (the smallest member's context); "
+        "unset: the smallest built-in member's, or DEFAULT_CONTEXT_WINDOW.",
     )
     feedback: Feedback | None = Field(
         None,
@@ -105,12 +106,19 @@ class SpecEM(FunctionCallingLLM, RequestSettings):
     @property
     def metadata(self) -> LLMMetadata:
         return LLMMetadata(
-            context_window=self.context_window,
+            context_window=self.context_window or self._members_context(),
             num_output=self.max_tokens,
             is_chat_model=True,
             is_function_calling_model=True,
             model_name=self.model_name,
         )
+
+    def _members_context(self) -> int:
+        """The smallest built-in member's context, when every member is built-in."""
+        contexts = [b.context if (b := builtin(m.source)) else None for m in self.members]
+        if None in contexts:
+            return DEFAULT_CONTEXT_WINDOW
+        return min(c for c in contexts if c is not None)
 
     # -- one request -------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ from haystack.dataclasses import ChatMessage, ChatRole, ImageContent, StreamingC
 from haystack.utils import Secret
 from pydantic import ValidationError
 from specem_chain import Member
-from specem_chain.errors import EnsembleError
+from specem_chain.errors import RequestError
 
 from haystack_integrations.components.generators.specem import SpecEMChatGenerator
 
@@ -150,7 +150,7 @@ def test_bad_calls_raise_before_any_member_runs():
         asyncio.run(generator.run_async(QUESTION, generation_kwargs={"temperature": -1}))
     with pytest.raises(ValueError, match="stop sequences must not be empty"):
         generator.run(QUESTION, generation_kwargs={"stop": [""]})
-    with pytest.raises(EnsembleError, match="conversation is empty"):
+    with pytest.raises(RequestError, match="conversation is empty"):
         generator.run([])
     image = ImageContent(base64_image="iVBORw0KGgo=", mime_type="image/png")
     with pytest.raises(ValueError, match="message 0 \\(user\\) has an image"):

@@ -20,8 +20,8 @@ from haystack.tools import (
 from haystack.utils import Secret, deserialize_callable, serialize_callable
 from specem_chain import Request, Update, open_request
 from specem_chain.answer_formats import request_format
+from specem_chain.sync import iterate_sync
 
-from ._sync import iterate_sync
 from .conversation import openai_tools, to_conversation
 from .options import (
     CallOptions,

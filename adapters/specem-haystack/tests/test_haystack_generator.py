@@ -171,3 +171,35 @@ async def test_an_async_pipeline_run_uses_run_async(generator):
     [reply] = result["llm"]["replies"]
     assert "".join(c.content for c in chunks) == reply.text
     assert reply.text == generator.run(QUESTION)["replies"][0].text  # same seed, same answer
+
+
+def unloaded(members: list[str]) -> list:
+    """The members' keys in specem's backend registry, their models dropped from it."""
+    from specem_chain.backends import registry
+
+    keys = [registry.key(Member(source=m)) for m in members]
+    for key in keys:
+        registry._backends.pop(key, None)
+    return keys
+
+
+def test_a_pipeline_warms_the_members_up_before_it_runs(tiny_pair):
+    from specem_chain.backends import registry
+
+    pipeline = Pipeline()
+    pipeline.add_component("llm", SpecEMChatGenerator(members=tiny_pair))
+    keys = unloaded(tiny_pair)
+    pipeline.warm_up()  # as Pipeline.run does first
+    loaded = [registry._backends[key] for key in keys]  # a KeyError if one is not loaded
+    pipeline.warm_up()
+    assert [registry._backends[key] for key in keys] == loaded  # loaded once, shared
+
+
+async def test_an_async_pipeline_warms_the_members_up_off_its_loop(tiny_pair):
+    from specem_chain.backends import registry
+
+    pipeline = Pipeline()
+    pipeline.add_component("llm", SpecEMChatGenerator(members=tiny_pair))
+    keys = unloaded(tiny_pair)
+    await pipeline.warm_up_async()  # as Pipeline.run_async does first
+    assert all(key in registry._backends for key in keys)

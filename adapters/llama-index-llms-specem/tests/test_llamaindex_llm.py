@@ -54,6 +54,13 @@ def test_metadata_describes_the_ensemble(llm):
     assert SpecEM(members=["smollm2"], max_tokens=5, context_window=2048).metadata.num_output == 5
 
 
+def test_the_context_window_is_the_smallest_built_in_members():
+    assert SpecEM().metadata.context_window == 8192  # SmolLM2's; Qwen2.5-Coder reads 32768
+    assert SpecEM(members=["qwen2.5-coder"]).metadata.context_window == 32768
+    assert SpecEM(members=["qwen2.5-coder", "/models/mine"]).metadata.context_window == 8192
+    assert SpecEM(members=["qwen2.5-coder"], context_window=4096).metadata.context_window == 4096
+
+
 def test_it_serializes_as_llamaindex_components_do():
     llm = SpecEM(members=["smollm2", Member(source="/models/mine", name="mine")], seed=3)
     again = SpecEM.from_dict(llm.to_dict())
@@ -200,14 +207,16 @@ def test_openai_style_tool_calls_in_additional_kwargs_are_read_too():
     assert turn["tool_calls"][0]["function"]["arguments"] == {"location": "Oslo"}
 
 
-def test_consecutive_text_turns_of_one_role_are_merged():
-    turns = to_conversation(
+def test_consecutive_text_turns_of_one_role_are_merged(llm):
+    """The request merges them (specem_chain.request.merge_turns); none runs here."""
+    turns = llm._request(
         [
             ChatMessage(role="system", content="A."),
             ChatMessage(role="developer", content="B."),
             ChatMessage(role="user", content="Q?"),
-        ]
-    )
+        ],
+        {},
+    ).messages
     assert turns == [{"role": "system", "content": "A.\n\nB."}, {"role": "user", "content": "Q?"}]
 
 

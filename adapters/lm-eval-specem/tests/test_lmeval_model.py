@@ -10,12 +10,12 @@ import torch
 from lm_eval.api.instance import Instance
 from lm_eval.api.registry import get_model
 from lm_eval_specem import SpecEMLM
-from lm_eval_specem._loop import run
 from lm_eval_specem.model import ChatHistory, member_loglikelihood, request_seed
 from pydantic import ValidationError
 
 from specem_chain import Member, RequestSettings, open_request
 from specem_chain.models import DEFAULT_MEMBERS
+from specem_chain.sync import run_sync
 
 QUESTION = "How many clips did Natalia sell altogether in April and May?"
 
@@ -129,7 +129,7 @@ def test_generate_until_answers_as_a_specem_request_does(pair, tiny_models):
     request = generation(QUESTION, until=["\n\n"], max_gen_toks=6, do_sample=False)
     [answer] = pair.generate_until([request], disable_tqdm=True)
     settings = RequestSettings(max_tokens=6, temperature=0.0, seed=request_seed(0, request, 0))
-    expected = run(direct(pair.members, [{"role": "user", "content": QUESTION}], settings))
+    expected = run_sync(direct(pair.members, [{"role": "user", "content": QUESTION}], settings))
     assert answer == expected
 
 
@@ -166,7 +166,7 @@ def test_a_chat_history_is_the_conversation(pair):
     assert pair.specem_request(request)[0] == history
     [answer] = pair.generate_until([request])
     settings = RequestSettings(max_tokens=6, temperature=0.0, seed=request_seed(0, request, 0))
-    assert answer == run(direct(pair.members, history, settings))
+    assert answer == run_sync(direct(pair.members, history, settings))
 
 
 def test_a_started_answer_is_refused(pair):
@@ -194,7 +194,7 @@ def test_loglikelihood_is_the_members_mean_total_log_probability(tiny_models):
         assert value < 0
     # Each member's own: its Score's mean times its tokens, with the context as the question.
     messages = [{"role": "user", "content": QUESTION}]
-    [(own, _)] = run(member_loglikelihood(Member(source=llama), messages, [" 72 clips"]))
+    [(own, _)] = run_sync(member_loglikelihood(Member(source=llama), messages, [" 72 clips"]))
     assert alone[0][0][0] == pytest.approx(own)
 
 

@@ -12,7 +12,7 @@ from haystack.dataclasses import ChatMessage, ChatRole, ImageContent, StreamingC
 from haystack.utils import Secret
 from pydantic import ValidationError
 from specem_chain import Member
-from specem_chain.errors import EnsembleError
+from specem_chain.errors import RequestError
 
 from haystack_integrations.components.generators.specem import SpecEMChatGenerator
 
@@ -150,7 +150,7 @@ def test_bad_calls_raise_before_any_member_runs():
         asyncio.run(generator.run_async(QUESTION, generation_kwargs={"temperature": -1}))
     with pytest.raises(ValueError, match="stop sequences must not be empty"):
         generator.run(QUESTION, generation_kwargs={"stop": [""]})
-    with pytest.raises(EnsembleError, match="conversation is empty"):
+    with pytest.raises(RequestError, match="conversation is empty"):
         generator.run([])
     image = ImageContent(base64_image="iVBORw0KGgo=", mime_type="image/png")
     with pytest.raises(ValueError, match="message 0 \\(user\\) has an image"):
@@ -171,3 +171,35 @@ async def test_an_async_pipeline_run_uses_run_async(generator):
     [reply] = result["llm"]["replies"]
     assert "".join(c.content for c in chunks) == reply.text
     assert reply.text == generator.run(QUESTION)["replies"][0].text  # same seed, same answer
+
+
+def unloaded(members: list[str]) -> list:
+    """The members' keys in specem's backend registry, their models dropped from it."""
+    from specem_chain.backends import registry
+
+    keys = [registry.key(Member(source=m)) for m in members]
+    for key in keys:
+        registry._backends.pop(key, None)
+    return keys
+
+
+def test_a_pipeline_warms_the_members_up_before_it_runs(tiny_pair):
+    from specem_chain.backends import registry
+
+    pipeline = Pipeline()
+    pipeline.add_component("llm", SpecEMChatGenerator(members=tiny_pair))
+    keys = unloaded(tiny_pair)
+    pipeline.warm_up()  # as Pipeline.run does first
+    loaded = [registry._backends[key] for key in keys]  # a KeyError if one is not loaded
+    pipeline.warm_up()
+    assert [registry._backends[key] for key in keys] == loaded  # loaded once, shared
+
+
+async def test_an_async_pipeline_warms_the_members_up_off_its_loop(tiny_pair):
+    from specem_chain.backends import registry
+
+    pipeline = Pipeline()
+    pipeline.add_component("llm", SpecEMChatGenerator(members=tiny_pair))
+    keys = unloaded(tiny_pair)
+    await pipeline.warm_up_async()  # as Pipeline.run_async does first
+    assert all(key in registry._backends for key in keys)

@@ -62,15 +62,19 @@ def test_tool_turns_map_as_the_langchain_front_end_maps_them():
 
 
 def test_text_turns_of_one_role_merge_and_text_results_join():
-    turns = to_conversation(
+    """The request merges the turns (specem_chain.request.merge_turns); none runs here."""
+    generator = SpecEMChatGenerator(members=[Member.tgi("http://127.0.0.1:9")])
+    turns = generator._request(
         [
             ChatMessage.from_user("One."),
             ChatMessage.from_user("Two."),
             ChatMessage.from_assistant("Calling.", tool_calls=[CALL]),
             ChatMessage.from_tool([TextContent("sun"), TextContent("ny")], origin=CALL),
             ChatMessage.from_tool("dry", origin=CALL),
-        ]
-    )
+        ],
+        None,
+        None,
+    ).messages
     assert [t["role"] for t in turns] == ["user", "assistant", "tool", "tool"]
     assert turns[0]["content"] == "One.\n\nTwo."
     assert turns[1]["content"] == "Calling." and turns[1]["tool_calls"][0]["id"] == "c1"

@@ -25,9 +25,9 @@ from tqdm import tqdm
 from specem_chain import Member, RequestSettings, open_request
 from specem_chain.backends import open_session
 from specem_chain.engine.types import Message, Sampling, Segment
+from specem_chain.members import member_list
 from specem_chain.models import DEFAULT_MEMBERS, resolve
-
-from ._loop import run
+from specem_chain.sync import run_sync
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +109,7 @@ class SpecEMLM(LM):
         for request in requests:
             repeat = seen[id(request)] = seen.get(id(request), -1) + 1
             calls.append(self.specem_request(request, repeat))
-        answers = run(self._each(calls, self._generate, "specem generate_until", disable_tqdm))
+        answers = run_sync(self._each(calls, self._generate, "specem generate_until", disable_tqdm))
         for request, answer in zip(requests, answers):
             self.cache_hook.add_partial("generate_until", request.args, answer)
         return answers
@@ -166,7 +166,7 @@ class SpecEMLM(LM):
             (requests[found[0]].args[0], [requests[i].args[1] for i in found])
             for found in contexts.values()
         ]
-        scored = run(self._each(groups, self._score, "specem loglikelihood", disable_tqdm))
+        scored = run_sync(self._each(groups, self._score, "specem loglikelihood", disable_tqdm))
         results: list[tuple[float, bool]] = [(0.0, False)] * len(requests)
         for found, values in zip(contexts.values(), scored):
             for index, value in zip(found, values):
@@ -251,16 +251,13 @@ def parse_members(
     specs = members.split(";") if isinstance(members, str) else list(members)
     if not specs or any(isinstance(s, str) and not s.strip() for s in specs):
         raise ValueError(f"give members separated by ';', got {members!r}")
-    parsed = []
-    for spec in specs:
-        member = spec if isinstance(spec, Member) else Member(source=spec.strip())
-        if on_members and not member.remote:
-            member = Member(**{**member.model_dump(exclude_unset=True), **on_members})
-        parsed.append(member)
-    labels = [m.label for m in parsed]
-    if len(set(labels)) != len(labels):
-        raise ValueError(f"member names must be unique, got {labels}")
-    return parsed
+    parsed = member_list([s.strip() if isinstance(s, str) else s for s in specs])
+    return [
+        Member(**{**m.model_dump(exclude_unset=True), **on_members})
+        if on_members and not m.remote
+        else m
+        for m in parsed
+    ]
 
 
 def available(device: str | None) -> bool:

@@ -24,30 +24,30 @@ from llama_index.core.base.llms.types import (
     TextBlock,
     ToolCallBlock,
 )
-from llama_index.core.bridge.pydantic import Field, field_validator, model_validator
+from llama_index.core.bridge.pydantic import Field, field_validator
 from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_callback
 from llama_index.core.llms.function_calling import FunctionCallingLLM
 from llama_index.core.llms.llm import ToolSelection
 
 from specem_chain import Feedback, Member, Request, RequestSettings, Update, open_request
-from specem_chain.models import DEFAULT_MEMBERS
+from specem_chain.members import member_list
+from specem_chain.models import DEFAULT_MEMBERS, builtin
 from specem_chain.request import segment_record
+from specem_chain.sync import iterate_sync
 
-from ._sync import iterate_sync
 from .messages import invalid_call, to_conversation, to_tool, tool_block, tool_selections
 
 if TYPE_CHECKING:
     from llama_index.core.tools.types import BaseTool
 
 DEFAULT_CONTEXT_WINDOW = 8192
-"""Tokens of context assumed for the ensemble: what the built-in members get on llama.cpp.
-A member with a smaller context fails a longer prompt with a clear error; set
-``context_window`` to the smallest of your members' contexts."""
+"""Tokens of context assumed for an ensemble with a member that is not built-in (whose
+context specem-chain does not know). A member with a smaller context fails a longer prompt
+with a clear error; set ``context_window`` to the smallest of your members' contexts."""
 CALL_SETTINGS = tuple(RequestSettings.model_fields)
 """Settings a call may override (``llm.chat(messages, seed=3)``): all of the request's."""
 ANSWER_OPTIONS = ("stop", "tools", "tool_choice", "response_format")
 """Call arguments that shape the answer."""
-FINISH_REASONS = {"end_of_turn": "stop", "stop_sequence": "stop", "length": "length"}
 
 
 class SpecEM(FunctionCallingLLM, RequestSettings):
@@ -76,10 +76,11 @@ class SpecEM(FunctionCallingLLM, RequestSettings):
         description="The ensemble: Member objects or member specs.",
     )
     stop: list[str] | None = Field(None, description="The answer ends before any of these.")
-    context_window: int = Field(
-        DEFAULT_CONTEXT_WINDOW,
+    context_window: int | None = Field(
+        None,
         gt=0,
-        description="Tokens of context LlamaIndex may fill (the smallest member's context).",
+        description="Tokens of context LlamaIndex may fill (the smallest member's context); "
+        "unset: the smallest built-in member's, or DEFAULT_CONTEXT_WINDOW.",
     )
     feedback: Feedback | None = Field(
         None,
@@ -90,21 +91,8 @@ class SpecEM(FunctionCallingLLM, RequestSettings):
 
     @field_validator("members", mode="before")
     @classmethod
-    def _members_from_specs(cls, members: Any) -> Any:
-        if isinstance(members, (str, Member)):
-            members = [members]
-        if isinstance(members, Sequence) and not members:
-            raise ValueError("give at least one member")
-        if isinstance(members, Sequence):
-            return [Member(source=m) if isinstance(m, str) else m for m in members]
-        return members
-
-    @model_validator(mode="after")
-    def _unique_member_names(self) -> SpecEM:
-        labels = [m.label for m in self.members]
-        if len(set(labels)) != len(labels):
-            raise ValueError(f"member names must be unique, got {labels}; set Member.name")
-        return self
+    def _members_from_specs(cls, members: Any) -> list[Member]:
+        return member_list(members)
 
     @classmethod
     def class_name(cls) -> str:
@@ -118,12 +106,19 @@ class SpecEM(FunctionCallingLLM, RequestSettings):
     @property
     def metadata(self) -> LLMMetadata:
         return LLMMetadata(
-            context_window=self.context_window,
+            context_window=self.context_window or self._members_context(),
             num_output=self.max_tokens,
             is_chat_model=True,
             is_function_calling_model=True,
             model_name=self.model_name,
         )
+
+    def _members_context(self) -> int:
+        """The smallest built-in member's context, when every member is built-in."""
+        contexts = [b.context if (b := builtin(m.source)) else None for m in self.members]
+        if None in contexts:
+            return DEFAULT_CONTEXT_WINDOW
+        return min(c for c in contexts if c is not None)
 
     # -- one request -------------------------------------------------------------------
 
@@ -167,7 +162,7 @@ class SpecEM(FunctionCallingLLM, RequestSettings):
                     blocks=[TextBlock(text=text), *blocks],
                     additional_kwargs={"invalid_tool_calls": list(invalid)} if invalid else {},
                 )
-                raw = self._raw(run, update, bool(blocks))
+                raw = self._raw(run, update)
                 yield ChatResponse(
                     message=message,
                     delta=update.text,
@@ -175,7 +170,7 @@ class SpecEM(FunctionCallingLLM, RequestSettings):
                     additional_kwargs=dict(raw["usage"]),
                 )
 
-    def _raw(self, run: Request, update: Update, called: bool) -> dict[str, Any]:
+    def _raw(self, run: Request, update: Update) -> dict[str, Any]:
         """A response's ``raw``: the model, token counts so far, this round's segment, and,
         once the answer is finished, the finish reason and the whole provenance."""
         answer = run.answer
@@ -191,18 +186,8 @@ class SpecEM(FunctionCallingLLM, RequestSettings):
             "specem": {"segment": segment_record(update.event)},
         }
         if update.finished:
-            reason = FINISH_REASONS[answer.finish_reason or "end_of_turn"]
-            raw["finish_reason"] = "tool_calls" if called and reason != "length" else reason
-            raw["specem"].update(
-                finish_reason=answer.finish_reason,
-                segments=answer.segments(),
-                wins=answer.wins,
-                start_weights=answer.start_weights,
-                weights=answer.weights,
-                usage=usage["per_member"],
-                answer_tokens=usage["answer_tokens"],
-                dropped=answer.dropped,
-            )
+            raw["finish_reason"] = answer.stop_reason
+            raw["specem"].update(answer.summary(), segments=answer.segments())
         return raw
 
     @staticmethod

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -37,10 +36,8 @@ def to_tool(tool: BaseTool) -> Tool:
 
 
 def tool_block(call: ParsedCall) -> ToolCallBlock:
-    """A valid call of the answer as a LlamaIndex tool-call block, with a fresh id."""
-    return ToolCallBlock(
-        tool_call_id=f"call_{uuid.uuid4().hex[:24]}", tool_name=call.name, tool_kwargs=call.args
-    )
+    """A valid call of the answer as a LlamaIndex tool-call block, with the request's id."""
+    return ToolCallBlock(tool_call_id=call.id, tool_name=call.name, tool_kwargs=call.args)
 
 
 def invalid_call(call: ParsedCall) -> dict[str, Any]:
@@ -128,18 +125,6 @@ def to_message(message: ChatMessage, index: int) -> Message:
 
 
 def to_conversation(messages: Sequence[ChatMessage]) -> list[Message]:
-    """LlamaIndex messages as chat-template turns, merging consecutive text turns of one
-    role (tool turns and tool calls stay apart), as specem-chain's LangChain model does."""
-    conversation: list[Message] = []
-    for index, message in enumerate(messages):
-        turn = to_message(message, index)
-        last = conversation[-1] if conversation else None
-        if (
-            last
-            and last["role"] == turn["role"] != "tool"
-            and not (last.get("tool_calls") or turn.get("tool_calls"))
-        ):
-            last["content"] += "\n\n" + turn["content"]
-        else:
-            conversation.append(turn)
-    return conversation
+    """LlamaIndex messages as chat-template turns, one per message (the request merges
+    consecutive text turns of one role)."""
+    return [to_message(message, index) for index, message in enumerate(messages)]

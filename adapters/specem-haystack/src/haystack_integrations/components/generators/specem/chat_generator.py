@@ -20,8 +20,9 @@ from haystack.tools import (
 from haystack.utils import Secret, deserialize_callable, serialize_callable
 from specem_chain import Request, Update, open_request
 from specem_chain.answer_formats import request_format
+from specem_chain.request import warm_up as load_members
+from specem_chain.sync import iterate_sync, run_sync
 
-from ._sync import iterate_sync
 from .conversation import openai_tools, to_conversation
 from .options import (
     CallOptions,
@@ -92,6 +93,16 @@ class SpecEMChatGenerator:
 
     def _get_telemetry_data(self) -> dict[str, Any]:
         return {"model": self.model_name}
+
+    def warm_up(self) -> None:
+        """Load every member's model now (a built-in one is fetched and converted on first
+        use), so the first run does not wait for it. Pipelines and Agents call it before
+        running; calling it again costs little."""
+        run_sync(load_members(with_api_keys(self.members, self.api_keys)))
+
+    async def warm_up_async(self) -> None:
+        """:meth:`warm_up` for an async pipeline, the loading off its event loop."""
+        await load_members(with_api_keys(self.members, self.api_keys))
 
     def to_dict(self) -> dict[str, Any]:
         """The component as plain data; a member's plain-text API key raises a ValueError

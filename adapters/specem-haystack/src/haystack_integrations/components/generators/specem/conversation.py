@@ -65,18 +65,6 @@ def to_turn(message: ChatMessage, index: int) -> Message:
 
 
 def to_conversation(messages: Sequence[ChatMessage]) -> list[Message]:
-    """Haystack messages as chat-template turns, merging consecutive text turns of one role
-    (tool turns and turns with tool calls stay apart), as the LangChain front end does."""
-    conversation: list[Message] = []
-    for index, message in enumerate(messages):
-        turn = to_turn(message, index)
-        last = conversation[-1] if conversation else None
-        if (
-            last
-            and last["role"] == turn["role"] != "tool"
-            and not (last.get("tool_calls") or turn.get("tool_calls"))
-        ):
-            last["content"] += "\n\n" + turn["content"]
-        else:
-            conversation.append(turn)
-    return conversation
+    """Haystack messages as chat-template turns, one per message (the request merges
+    consecutive text turns of one role)."""
+    return [to_turn(message, index) for index, message in enumerate(messages)]

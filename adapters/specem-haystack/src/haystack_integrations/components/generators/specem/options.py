@@ -10,6 +10,7 @@ from typing import Any
 from haystack.utils import Secret
 from pydantic import SecretStr
 from specem_chain import Member, RequestSettings
+from specem_chain.members import member_list
 from specem_chain.models import DEFAULT_MEMBERS
 
 SETTINGS = tuple(RequestSettings.model_fields)
@@ -23,20 +24,9 @@ MemberSpec = str | Member | Mapping[str, Any]
 def to_members(members: MemberSpec | Sequence[MemberSpec] | None) -> list[Member]:
     """Members from specs (a built-in name, a folder, a ``.gguf``, ``tgi+URL``,
     ``openai+URL#model``), ``Member`` objects or their dumps; None: the default ensemble."""
-    if members is None:
-        members = list(DEFAULT_MEMBERS)
-    if isinstance(members, (str, Member, Mapping)):
-        members = [members]
-    if not members:
-        raise ValueError("give at least one member")
-    resolved = [
-        m if isinstance(m, Member) else Member(source=m) if isinstance(m, str) else Member(**m)
-        for m in members
-    ]
-    labels = [m.label for m in resolved]
-    if len(set(labels)) != len(labels):
-        raise ValueError(f"member names must be unique, got {labels}; set Member.name")
-    return resolved
+    if isinstance(members, Mapping):
+        members = dict(members)
+    return member_list(DEFAULT_MEMBERS if members is None else members)
 
 
 def member_data(member: Member) -> str | dict[str, Any]:

@@ -12,7 +12,6 @@ and the answer's provenance summary.
 from __future__ import annotations
 
 import json
-import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -27,9 +26,6 @@ from haystack.dataclasses import (
 from specem_chain import Answer, Update
 from specem_chain.request import segment_record
 
-FINISH_REASONS = {"end_of_turn": "stop", "stop_sequence": "stop", "length": "length"}
-"""The engine's finish reasons in OpenAI's (and Haystack's) words."""
-
 
 @dataclass
 class Reply:
@@ -38,8 +34,6 @@ class Reply:
     model: str
     component_info: ComponentInfo | None = None
     text: list[str] = field(default_factory=list)
-    calls: list[ToolCall] = field(default_factory=list)
-    invalid_calls: list[dict[str, Any]] = field(default_factory=list)
     started_at: str | None = None
     _block: int = field(default=-1, init=False)
     """The current content block's index."""
@@ -60,9 +54,6 @@ class Reply:
             pieces.append({"content": update.text, "index": index, "start": start})
         for call in update.tool_calls:
             if not call.valid:
-                self.invalid_calls.append(
-                    {"name": call.name, "text": call.text, "error": call.error}
-                )
                 continue
             self._block += 1
             self._in_text = False
@@ -70,9 +61,8 @@ class Reply:
                 index=self._block,
                 tool_name=call.name,
                 arguments=json.dumps(call.args, ensure_ascii=False),
-                id=f"call_{uuid.uuid4().hex[:24]}",
+                id=call.id,
             )
-            self.calls.append(ToolCall(tool_name=call.name, arguments=call.args, id=delta.id))
             pieces.append(
                 {"content": "", "index": self._block, "start": True, "tool_calls": [delta]}
             )
@@ -90,25 +80,20 @@ class Reply:
         ]
 
     def meta(self, answer: Answer) -> dict[str, Any]:
-        """The reply's metadata: model, finish reason, usage and the specem provenance."""
+        """The reply's metadata: model, finish reason, usage and the specem provenance (with
+        the calls that could not be read, if any)."""
         usage = answer.usage()
-        finish = FINISH_REASONS[answer.finish_reason or "end_of_turn"]
-        if self.calls and finish != "length":
-            finish = "tool_calls"
-        specem: dict[str, Any] = {
-            "finish_reason": answer.finish_reason,
-            "wins": answer.wins,
-            "start_weights": answer.start_weights,
-            "weights": answer.weights,
-            "usage": usage["per_member"],
-            "answer_tokens": usage["answer_tokens"],
-            "dropped": answer.dropped,
-        }
-        if self.invalid_calls:
-            specem["invalid_tool_calls"] = self.invalid_calls
+        specem = answer.summary()
+        invalid = [
+            {"name": c.name, "text": c.text, "error": c.error}
+            for c in answer.tool_calls
+            if not c.valid
+        ]
+        if invalid:
+            specem["invalid_tool_calls"] = invalid
         return {
             "model": self.model,
-            "finish_reason": finish,
+            "finish_reason": answer.stop_reason,
             "usage": {
                 "prompt_tokens": usage["input_tokens"],
                 "completion_tokens": usage["output_tokens"],
@@ -122,8 +107,13 @@ class Reply:
         the provenance of every round under ``meta["specem"]["segments"]``."""
         meta = self.meta(answer)
         meta["specem"]["segments"] = answer.segments()
+        calls = [
+            ToolCall(tool_name=c.name, arguments=c.args, id=c.id)
+            for c in answer.tool_calls
+            if c.valid
+        ]
         return ChatMessage.from_assistant(
             text="".join(self.text) or None,
-            tool_calls=self.calls or None,
+            tool_calls=calls or None,
             meta={**meta, "index": 0, "completion_start_time": self.started_at},
         )

@@ -186,9 +186,11 @@ def serve(
     try:
         import uvicorn
 
-        from .adapters.openai_server import create_app
+        from specem_openai_server import create_app
     except ImportError:
-        raise fail("serve needs the serve extra: pip install 'specem-chain[serve]'") from None
+        raise fail(
+            "serve needs the OpenAI-server adapter: pip install ./adapters/specem-openai-server"
+        ) from None
     from .chat_model import SpecEMChatModel
 
     try:

@@ -1,4 +1,4 @@
-"""The examples that the docs include: quickstart, provenance report, OpenAI clients."""
+"""The examples that the docs include: quickstart, provenance report, members."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from openai_server_harness import serve
 
 from specem_chain import SpecEMChatModel
 
@@ -32,16 +31,6 @@ def test_provenance_report_writes_a_page(tiny_models, tmp_path):
     write_report(llm, "How many clips?", tmp_path / "answer.html")
     page = (tmp_path / "answer.html").read_text(encoding="utf-8")
     assert page.startswith("<!doctype html>") and 'class="seg' in page
-
-
-def test_openai_client_examples_talk_to_the_server(tiny_models, capsys):
-    from openai_client import ask, langchain, stream
-
-    llm = SpecEMChatModel(members=[str(tiny_models["llama"]), str(tiny_models["qwen2"])])
-    with serve(llm) as base:
-        assert ask(f"{base}/v1") and stream(f"{base}/v1") and langchain(f"{base}/v1")
-    printed = capsys.readouterr().out
-    assert "members: ['llama', 'qwen2']" in printed and "usage:" in printed
 
 
 def test_the_member_guides_ensembles_build_with_the_right_kinds():

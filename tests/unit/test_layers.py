@@ -29,7 +29,6 @@ LAYERS = {
     "evaluation": 6,
     "benchmark": 6,
     "servers": 6,
-    "adapters": 6,
     "__init__": 7,
 }
 """Each top-level module or folder of the package and its layer, lowest first (see the

@@ -12,7 +12,7 @@ import httpx
 import uvicorn
 
 from specem_chain import SpecEMChatModel
-from specem_chain.adapters.openai_server import create_app
+from specem_openai_server import create_app
 
 
 @contextmanager

@@ -25,8 +25,8 @@ from langchain_core.messages import (
 )
 from starlette.exceptions import HTTPException
 
-from ...chat_model import SpecEMChatModel
-from ...errors import AnswerFormatError, PromptTooLongError, SpecEMError
+from specem_chain.chat_model import SpecEMChatModel
+from specem_chain.errors import AnswerFormatError, PromptTooLongError, SpecEMError
 from .schema import (
     AssistantMessage,
     ChatCompletion,

@@ -1,1 +1,0 @@
-"""Ways to use the ensemble from outside LangChain."""

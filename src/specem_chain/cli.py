@@ -17,9 +17,9 @@ from rich.text import Text
 from . import models
 from .errors import SpecEMError
 from .evaluation import cli as evaluation_cli
-from .members import Backend, Member
+from .members import Backend, Member, member_list
 from .report import report
-from .request import Answer, RequestSettings, open_request
+from .request import Answer, RequestSettings, open_request, warm_up
 
 app = typer.Typer(
     help="SpecEM: several LLMs write one answer together, one segment at a time.",
@@ -185,23 +185,20 @@ def serve(
     quiet_transformers()
     try:
         import uvicorn
-
-        from specem_openai_server import create_app
+        from specem_openai_server import create_app, model_name
     except ImportError:
         raise fail(
             "serve needs the OpenAI-server adapter: pip install ./adapters/specem-openai-server"
         ) from None
-    from .chat_model import SpecEMChatModel
-
     try:
-        llm = SpecEMChatModel(members=member) if member else SpecEMChatModel()
-        llm.invoke("Hello", max_tokens=1)  # load every member now, not in the first request
+        members = member_list(member or models.DEFAULT_MEMBERS)
+        asyncio.run(warm_up(members))  # load every member now, not in the first request
     except ValidationError as error:
         raise fail(describe(error)) from None
-    except SpecEMError as error:
+    except (SpecEMError, ValueError) as error:
         raise fail(str(error)) from None
-    err.print(f"serving {llm.model_name} at http://{host}:{port}/v1")
-    uvicorn.run(create_app(llm), host=host, port=port)
+    err.print(f"serving {model_name(members)} at http://{host}:{port}/v1")
+    uvicorn.run(create_app(members, RequestSettings()), host=host, port=port)
 
 
 @app.command()

@@ -19,12 +19,11 @@ _spec.loader.exec_module(_repo)  # sets HF_HUB_OFFLINE and puts tests/ on sys.pa
 tiny_models = _repo.tiny_models
 
 from openai_server_harness import serve  # noqa: E402  (this folder, on sys.path for pytest)
-
-from specem_chain import SpecEMChatModel  # noqa: E402
+from specem_chain import RequestSettings  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def tiny_server(tiny_models) -> Iterator[str]:
     members = [str(tiny_models[name]) for name in ("llama", "qwen2", "plain")]
-    with serve(SpecEMChatModel(members=members, max_tokens=16)) as base:
+    with serve(members, RequestSettings(max_tokens=16)) as base:
         yield base

@@ -1,28 +1,33 @@
-"""Serve a SpecEMChatModel with the OpenAI-compatible app on a free 127.0.0.1 port."""
+"""Serve an ensemble with the OpenAI-compatible app on a free 127.0.0.1 port."""
 
 from __future__ import annotations
 
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 import httpx
 import uvicorn
+from specem_chain import Member, RequestSettings
 
-from specem_chain import SpecEMChatModel
 from specem_openai_server import create_app
 
 
 @contextmanager
-def serve(llm: SpecEMChatModel) -> Iterator[str]:
-    """``with serve(llm) as base_url: ...``: uvicorn in a thread for the block."""
+def serve(
+    members: Sequence[Member | str], settings: RequestSettings | None = None
+) -> Iterator[str]:
+    """``with serve(members, settings) as base_url: ...``: uvicorn in a thread for the
+    block."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     server = uvicorn.Server(
-        uvicorn.Config(create_app(llm), host="127.0.0.1", port=port, log_level="warning")
+        uvicorn.Config(
+            create_app(members, settings), host="127.0.0.1", port=port, log_level="warning"
+        )
     )
     thread = threading.Thread(target=server.run, name="specem-test-server", daemon=True)
     thread.start()

@@ -13,8 +13,8 @@ import pytest
 from langchain_core.messages import HumanMessage
 from langchain_openai import ChatOpenAI
 from openai_server_harness import serve
-
-from specem_chain import Member, SpecEMChatModel
+from specem_chain import Member, RequestSettings
+from specem_chain.models import DEFAULT_MEMBERS
 
 QUESTION = [{"role": "user", "content": "How many clips did Natalia sell?"}]
 
@@ -162,8 +162,7 @@ def test_models_and_health(client, tiny_server):
 
 
 def test_members_that_cannot_load_give_a_503(tmp_path):
-    llm = SpecEMChatModel(members=[str(tmp_path / "missing-model")])
-    with serve(llm) as base:
+    with serve([str(tmp_path / "missing-model")]) as base:
         client = openai.OpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0)
         with pytest.raises(openai.InternalServerError) as caught:
             client.chat.completions.create(model="specem", messages=QUESTION)
@@ -175,8 +174,7 @@ def test_a_remote_member_that_is_down_gives_a_503():
     with socket.socket() as probe:  # a port that nothing listens on
         probe.bind(("127.0.0.1", 0))
         closed = probe.getsockname()[1]
-    llm = SpecEMChatModel(members=[Member.tgi(f"http://127.0.0.1:{closed}", retries=0)])
-    with serve(llm) as base:
+    with serve([Member.tgi(f"http://127.0.0.1:{closed}", retries=0)]) as base:
         client = openai.OpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0)
         with pytest.raises(openai.InternalServerError) as caught:
             client.chat.completions.create(model="specem", messages=QUESTION, stream=True)
@@ -196,7 +194,7 @@ def test_langchain_chat_openai_uses_the_ensemble(tiny_server):
 
 @pytest.mark.models
 def test_the_default_ensemble_answers_through_the_server():
-    with serve(SpecEMChatModel()) as base:
+    with serve(DEFAULT_MEMBERS) as base:
         client = openai.OpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0)
         completion = client.chat.completions.create(
             model="specem",
@@ -232,7 +230,7 @@ WEATHER = {
 
 @pytest.mark.models
 def test_tools_through_the_server_call_then_answer_from_the_result():
-    with serve(SpecEMChatModel(max_tokens=48)) as base:
+    with serve(DEFAULT_MEMBERS, RequestSettings(max_tokens=48)) as base:
         client = openai.OpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0)
         question = [{"role": "user", "content": "What is the weather like in Lisbon?"}]
         ask = {"model": "specem", "tools": [WEATHER], "seed": 0}

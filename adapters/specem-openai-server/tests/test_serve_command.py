@@ -59,3 +59,22 @@ def test_specem_serve_with_a_bad_member_exits_with_a_clear_error():
     )
     assert result.returncode == 2
     assert "error: member path '/no/such/model' does not exist" in " ".join(result.stderr.split())
+
+
+def test_specem_serve_without_this_package_names_the_install_command():
+    """The core's CLI imports the adapter when serve starts; here the import fails as it
+    does where the package is not installed."""
+    script = (
+        "import sys\n"
+        "sys.modules['specem_openai_server'] = None  # importing it now raises ImportError\n"
+        "from specem_chain.cli import app\n"
+        "app(['serve', '--member', 'smollm2'])\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 2
+    assert (
+        "error: serve needs the OpenAI-server adapter: pip install "
+        "./adapters/specem-openai-server" in " ".join(result.stderr.split())
+    )

@@ -1,8 +1,8 @@
-"""An OpenAI-compatible HTTP server in front of :class:`~specem_chain.SpecEMChatModel`.
+"""``specem serve``: a SpecEM ensemble behind the OpenAI chat-completions API.
 
-Needs the ``serve`` extra: ``pip install 'specem-chain[serve]'``.
+``uvicorn.run(create_app(members, settings))`` serves it from Python.
 """
 
-from .app import create_app
+from .app import create_app, model_name
 
-__all__ = ["create_app"]
+__all__ = ["create_app", "model_name"]

@@ -66,6 +66,7 @@ class ChatCompletionRequest(BaseModel):
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | dict[str, Any] | None = None
     response_format: dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
 
 
 class Usage(BaseModel):

@@ -1,0 +1,61 @@
+"""Errors as OpenAI-shaped answers: the caller's fault (400), the members' (503) or ours
+(500)."""
+
+from __future__ import annotations
+
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from specem_chain.errors import AnswerFormatError, PromptTooLongError, RequestError, SpecEMError
+
+from .schema import ErrorBody, ErrorResponse
+
+
+class APIError(Exception):
+    """An error to answer with an OpenAI-shaped body and an HTTP status."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        kind: str,
+        code: str | None = None,
+        param: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.body = ErrorResponse(
+            error=ErrorBody(message=message, type=kind, param=param, code=code)
+        )
+
+    def response(self) -> JSONResponse:
+        return JSONResponse(self.body.model_dump(), status_code=self.status)
+
+
+def bad_request(message: str, param: str | None = None) -> APIError:
+    return APIError(400, message, "invalid_request_error", param=param)
+
+
+def api_error(error: Exception) -> APIError:
+    """The HTTP answer to an error of the request or the ensemble."""
+    if isinstance(error, APIError):
+        return error
+    if isinstance(error, PromptTooLongError):
+        return APIError(400, str(error), "invalid_request_error", "context_length_exceeded")
+    if isinstance(error, RequestError):
+        return bad_request(str(error))
+    if isinstance(error, AnswerFormatError):
+        return APIError(500, str(error), "server_error", "answer_format")
+    if isinstance(error, SpecEMError):  # a member cannot be loaded or reached
+        return APIError(503, str(error), "service_unavailable", "member_unavailable")
+    if isinstance(error, TimeoutError):
+        return APIError(503, str(error), "service_unavailable", "timeout")
+    if isinstance(error, (ValueError, TypeError)):
+        return bad_request(str(error))
+    return APIError(500, f"internal error: {type(error).__name__}: {error}", "server_error")
+
+
+def validation_error(error: RequestValidationError) -> APIError:
+    """A request body that does not fit the schema, named by its first bad field."""
+    first = error.errors()[0]
+    where = ".".join(str(p) for p in first["loc"] if p != "body")
+    return bad_request(f"{where or 'body'}: {first['msg']}", where or None)

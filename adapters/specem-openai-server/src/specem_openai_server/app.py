@@ -20,7 +20,7 @@ from starlette.exceptions import HTTPException
 
 from .errors import APIError, api_error, validation_error
 from .from_openai import request_options, request_settings, to_messages
-from .schema import ChatCompletion, ChatCompletionRequest, Model, ModelList
+from .schema import ChatCompletion, ChatCompletionChunk, ChatCompletionRequest, Model, ModelList
 from .to_openai import Chunks, completion
 
 
@@ -136,5 +136,5 @@ async def events(
     yield "data: [DONE]\n\n"
 
 
-def sse(chunk: Any) -> str:
+def sse(chunk: ChatCompletionChunk) -> str:
     return f"data: {chunk.model_dump_json()}\n\n"

@@ -12,7 +12,7 @@ from specem_chain import Member, Sampling, SpecEMChatModel, models
 from specem_chain.backends.llamacpp import LlamaCppBackend, LlamaCppSession
 from specem_chain.backends.openai_completions import OpenAICompletionsBackend
 from specem_chain.engine.types import Segment
-from specem_chain.errors import EnsembleError, MemberServerError
+from specem_chain.errors import MemberServerError, RequestError
 from specem_chain.models import resolve
 
 pytestmark = pytest.mark.models  # servers on the built-in members
@@ -190,5 +190,5 @@ async def test_the_wrong_kind_of_server_gets_a_clear_error(llama_url, tgi_url):
 
 async def test_remote_members_refuse_logit_scoring(tgi_url):
     llm = SpecEMChatModel(members=[Member.tgi(tgi_url), "smollm2"], scoring="mean_logit")
-    with pytest.raises(EnsembleError, match="use scoring='mean_logprob'"):
+    with pytest.raises(RequestError, match="use scoring='mean_logprob'"):
         await llm.ainvoke("Hi")

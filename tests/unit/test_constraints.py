@@ -18,7 +18,7 @@ from specem_chain.engine.constraints import (
     fits_schema,
     scan_json,
 )
-from specem_chain.engine.types import Segment
+from specem_chain.engine.types import Draft, Segment
 
 scalars = (
     st.none()
@@ -337,3 +337,44 @@ async def test_when_no_draft_fits_the_format_closes_the_answer():
     assert text.endswith("}}\n</tool_call>") and '"c"' not in text and '"d"' not in text
     last = rounds[-1].candidates
     assert [c.source for c in last] == ["format"] and rounds[-1].finish_reason == "end_of_turn"
+
+
+# -- a name only one tool can complete -------------------------------------------------------
+
+TWO_TOOLS = ToolCallAnswer({"magic_function": SCHEMA, "get_weather": SCHEMA})
+
+
+@pytest.mark.parametrize(
+    ("answer", "forced"),
+    [
+        ('<tool_call>\n{"name": "ma', 'gic_function", "arguments": {'),
+        ('<tool_call>\n{"name": "get_weather', '", "arguments": {'),
+        ('<tool_call>\n{"name": "', None),  # either tool: the members choose
+        ('<tool_call>\n{"name": "x', None),  # no tool's name: nothing fits
+        ('<tool_call>\n{"name": "get_weather"', None),  # the name is closed
+        ('<tool_call>\n{"name": "get_weather", "arguments": {"a', None),  # past the name
+        ("", None),
+    ],
+)
+def test_a_name_one_tool_can_complete_is_forced(answer, forced):
+    assert TWO_TOOLS.forced(answer) == forced
+    either = EitherAnswer((JsonObjectAnswer(SCHEMA), TWO_TOOLS))
+    assert either.forced(answer) == forced
+
+
+async def test_when_no_draft_fits_the_format_writes_the_one_name_that_fits():
+    """Both members start a tool's name, then leave it (another name; a closed quote): the
+    format writes the rest of the only name that fits, and the members go on from there."""
+    from scripted import ScriptedSession, events
+
+    def drafts(astray: str) -> list[Draft]:
+        start, rest = Draft("ma", 1, False, at_boundary=True), '"a": 1, "b": 2}}\n</tool_call>'
+        return [start, *[Draft(astray, 1, False, at_boundary=True)] * 3, Draft(rest, 1, True)]
+
+    shape = AnswerFormat('<tool_call>\n{"name": "', TWO_TOOLS)
+    a, b = ScriptedSession("a", drafts("aak")), ScriptedSession("b", drafts('", "x'))
+    rounds = await events(a, b, answer_format=shape)
+    call = '{"name": "magic_function", "arguments": {"a": 1, "b": 2}}'
+    assert "".join(e.text for e in rounds) == f"<tool_call>\n{call}\n</tool_call>"
+    assert [c.source for c in rounds[1].candidates] == ["format"]
+    assert 'gic_function", "arguments": {' in a.accepted and a.accepted == b.accepted

@@ -60,13 +60,18 @@ class AnswerFormat:
         """``segment`` as it may be accepted after ``answer``, or None."""
         return segment if self.constraint is None else self.constraint(answer, segment)
 
-    def close(self, answer: str) -> Segment | None:
-        """A finished segment that completes ``answer`` in the format, for a round where no
-        member's candidate fits it: the members wrote all the format needs and then went
-        astray (a key the schema does not have, say). None if it cannot be completed."""
+    def fallback(self, answer: str) -> Segment | None:
+        """What the format writes itself in a round where no member's candidate fits it:
+        a finished segment that closes ``answer`` when the members wrote all the format
+        needs and then went astray (a key the schema does not have, say); else the text the
+        format allows next and nothing else (the rest of the one tool name that fits what
+        is written, and the start of its arguments). None if there is neither."""
         closing = getattr(self.constraint, "closing", None)
-        text = closing(answer) if closing else None
-        return None if text is None else Segment(text, finished=True)
+        if (text := closing(answer) if closing else None) is not None:
+            return Segment(text, finished=True)
+        forced = getattr(self.constraint, "forced", None)
+        text = forced(answer) if forced else None
+        return None if text is None else Segment(text)
 
     def shape_start(self, answer: str, segment: Segment) -> Segment | None:
         """The longest non-empty start of ``segment`` (unfinished) that may be accepted after
@@ -358,6 +363,13 @@ class EitherAnswer:
     def closing(self, answer: str) -> str | None:
         return next((c for f in self.formats if (c := f.closing(answer)) is not None), None)
 
+    def forced(self, answer: str) -> str | None:
+        for answer_format in self.formats:
+            forced = getattr(answer_format, "forced", None)
+            if forced is not None and (text := forced(answer)) is not None:
+                return text
+        return None
+
 
 @dataclass(frozen=True)
 class ToolCallAnswer:
@@ -415,6 +427,21 @@ class ToolCallAnswer:
             return None
         text = f"{closers}\n{TOOL_CALL_CLOSE}"
         return text if self(answer, Segment(text, finished=True)) else None
+
+    def forced(self, answer: str) -> str | None:
+        """The rest of the call's name and the start of its arguments, when ``answer`` ends
+        inside a name that only one tool's name can complete."""
+        start = answer.rfind(TOOL_CALL_OPEN)
+        if start < 0:
+            return None
+        match = _NAME_START.match(answer, start + len(TOOL_CALL_OPEN))
+        if match is None or match.group(2) or match.end() != len(answer):
+            return None
+        names = [n for n in self.names if n.startswith(match.group(1))]
+        if len(names) != 1:
+            return None
+        text = names[0][len(match.group(1)) :] + '", "arguments": {'
+        return text if self(answer, Segment(text)) is not None else None
 
     def _name_fits(self, match: re.Match[str] | None) -> bool:
         """The call's name, as far as it is written (``_NAME_START``'s match on the call),

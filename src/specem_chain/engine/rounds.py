@@ -86,10 +86,12 @@ async def draft_round(
     rejected = [
         f"{seats[i].name}: {d.text!r}" for (i, d), s in zip(drafts.items(), shaped) if s is None
     ]
-    if rejected and (closed := shape.close(answer.text)) is not None:
-        # the members wrote what the format needs, then went astray: the format closes it
-        closing = Candidate(seats[drafting[0]].name, closed.text, True, 0, source="format")
-        return Drafted([closing], [drafting[0]], tokens, resting)
+    if rejected and (written := shape.fallback(answer.text)) is not None:
+        # the members went astray where the format leaves one way on: the format writes it
+        fallback = Candidate(
+            seats[drafting[0]].name, written.text, written.finished, 0, source="format"
+        )
+        return Drafted([fallback], [drafting[0]], tokens, resting)
     if rejected:
         raise AnswerFormatError(
             f"round {round_index}: every candidate broke the answer's required format "

@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 from pathlib import Path
+from types import ModuleType
 from typing import Annotated
 
 import typer
@@ -152,14 +153,15 @@ async def _chat(
 
 
 def summary(answer: Answer) -> Table:
-    """Wins, final weight and drafted tokens of every member."""
+    """Where every member ran, its wins, final weight and tokens."""
     usage = answer.usage()["per_member"]
     table = Table(title=f"finish: {answer.finish_reason}", title_justify="left")
-    for column in ("member", "wins", "weight", "prompt tokens", "drafted tokens"):
-        table.add_column(column, justify="left" if column == "member" else "right")
+    for column in ("member", "backend", "wins", "weight", "prompt tokens", "drafted tokens"):
+        table.add_column(column, justify="left" if column in ("member", "backend") else "right")
     for i, name in enumerate(answer.members):
         table.add_row(
             Text(name, style=COLOURS[i % len(COLOURS)]),
+            answer.backends.get(name, ""),
             str(answer.wins[name]),
             f"{answer.weights[name]:.3f}",
             str(usage[name]["input_tokens"]),
@@ -180,6 +182,13 @@ def serve(
     ] = None,
     host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+    batching: Annotated[
+        bool,
+        typer.Option(
+            help="Read concurrent requests in one batch on llama.cpp members (faster under "
+            "load; an answer may differ slightly from the same answer made alone)."
+        ),
+    ] = True,
 ) -> None:
     """Serve the ensemble over the OpenAI chat API: POST /v1/chat/completions."""
     quiet_transformers()
@@ -192,6 +201,13 @@ def serve(
         ) from None
     try:
         members = member_list(member or models.DEFAULT_MEMBERS)
+        if batching:
+            members = [
+                m.model_copy(update={"batching": True})
+                if not m.remote and models.runs_on(m) == "llamacpp"
+                else m
+                for m in members
+            ]
         asyncio.run(warm_up(members))  # load every member now, not in the first request
     except ValidationError as error:
         raise fail(describe(error)) from None
@@ -208,9 +224,14 @@ def bench(
         typer.Option("--member", "-m", help="Members; default: the embedded default ensemble."),
     ] = None,
     lengths: Annotated[
-        list[int] | None, typer.Option("--length", help="Answer lengths. Repeatable.")
+        list[int] | None,
+        typer.Option(
+            "--length",
+            help="Answer lengths. Repeatable. Default: 64, 256 and 512; under --concurrency, "
+            "each request's limit (default 128).",
+        ),
     ] = None,
-    repeats: Annotated[int, typer.Option(min=1, help="Runs per length.")] = 3,
+    repeats: Annotated[int, typer.Option(min=1, help="Runs per length or level.")] = 3,
     reference_repeats: Annotated[
         int, typer.Option(min=1, help="Runs per length of the (slow) reference design.")
     ] = 3,
@@ -222,39 +243,107 @@ def bench(
             "instead of measuring it again."
         ),
     ] = None,
+    concurrency: Annotated[
+        str | None,
+        typer.Option(
+            help="Measure under load instead: this many requests at once, e.g. 1,2,4,8; "
+            "with and without batching on llama.cpp, interleaved."
+        ),
+    ] = None,
+    server: Annotated[
+        str | None,
+        typer.Option(
+            help="Under --concurrency, send the requests to this OpenAI-style server "
+            "(e.g. specem serve's http://127.0.0.1:8000/v1) with the openai client."
+        ),
+    ] = None,
     out_dir: Annotated[
         Path | None,
-        typer.Option("--out", help="Write speed-BACKEND.md, .json and .png here."),
+        typer.Option(
+            "--out", help="Write speed-BACKEND (load-BACKEND, load-server) .md, .json, .png here."
+        ),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     backend: Annotated[
         Backend,
         typer.Option(help="Where the members run (llamacpp needs the llamacpp extra)."),
-    ] = "transformers",
+    ] = "auto",
 ) -> None:
-    """Measure speed against the members alone and against the reference design."""
+    """Measure speed against the members alone and against the reference design, or under
+    load (--concurrency)."""
     quiet_transformers()
-    from .benchmark import speed
-
     members = [Member(source=s, backend=backend) for s in (member or models.DEFAULT_MEMBERS)]
-    lengths = lengths or [64, 256, 512]
+    backend = models.runs_on(members[0])
+    members = [m.model_copy(update={"backend": backend}) for m in members]
+    if server is not None and concurrency is None:
+        raise fail("--server applies to the load benchmark: give --concurrency too")
     try:
-        reference = (
-            speed.reference_figures(reference_from, members, lengths) if reference_from else None
-        )
-        result = speed.measure(members, lengths, repeats, reference_repeats, err.log, reference)
+        if concurrency is not None:
+            name, kind, result = _load(members, _levels(concurrency), lengths, repeats, server)
+        else:
+            name, kind, result = _speed(
+                members, lengths, repeats, reference_repeats, reference_from
+            )
     except SpecEMError as error:
         raise fail(str(error)) from None
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
-        stem = out_dir / f"speed-{backend}"
-        stem.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
-        stem.with_suffix(".md").write_text(speed.table(result) + "\n")
-        speed.plot(result, stem.with_suffix(".png"))
+        kind.write(result, out_dir / name)
     if as_json:
         out.print_json(json.dumps(result))
     else:
-        out.print(speed.table(result))
+        out.print(kind.table(result))
+
+
+def _levels(concurrency: str) -> list[int]:
+    try:
+        levels = [int(n) for n in concurrency.split(",")]
+    except ValueError:
+        levels = []
+    if not levels or min(levels) < 1:
+        raise fail(f"--concurrency takes request counts such as 1,2,4,8, not {concurrency!r}")
+    return levels
+
+
+def _speed(
+    members: list[Member],
+    lengths: list[int] | None,
+    repeats: int,
+    reference_repeats: int,
+    reference_from: Path | None,
+) -> tuple[str, ModuleType, dict]:
+    from .benchmark import speed
+
+    lengths = lengths or [64, 256, 512]
+    reference = (
+        speed.reference_figures(reference_from, members, lengths) if reference_from else None
+    )
+    result = speed.measure(members, lengths, repeats, reference_repeats, err.log, reference)
+    return f"speed-{members[0].backend}", speed, result
+
+
+def _load(
+    members: list[Member],
+    levels: list[int],
+    lengths: list[int] | None,
+    repeats: int,
+    server: str | None,
+) -> tuple[str, ModuleType, dict]:
+    from .benchmark import load
+
+    if lengths is not None and len(lengths) != 1:
+        raise fail("--concurrency takes one --length: each request's answer limit")
+    max_tokens = lengths[0] if lengths else 128
+    if server is not None:
+        modes = {"server": load.through_server(server)}
+        run = load.measure(modes, levels, max_tokens, repeats, err.log)
+        return "load-server", load, asyncio.run(run)
+    ensembles = {"unbatched": members}
+    if members[0].backend == "llamacpp":  # batching runs on llama.cpp only
+        ensembles["batched"] = [m.model_copy(update={"batching": True}) for m in members]
+    modes = {mode: load.in_process(ensemble) for mode, ensemble in ensembles.items()}
+    run = load.measure(modes, levels, max_tokens, repeats, err.log, members=ensembles)
+    return f"load-{members[0].backend}", load, asyncio.run(run)
 
 
 @models_app.command("list")

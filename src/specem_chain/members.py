@@ -29,7 +29,7 @@ __all__ = [
 Role = Literal["both", "drafter", "verifier"]
 DType = Literal["float32", "bfloat16", "float16"]
 Kind = Literal["local", "tgi", "openai"]
-Backend = Literal["transformers", "llamacpp"]
+Backend = Literal["auto", "transformers", "llamacpp"]
 """Where a member runs: in this process, on a TGI server, or on an OpenAI-style
 completions server (vLLM, llama-cpp-python)."""
 
@@ -55,9 +55,16 @@ class Member(BaseModel):
     device: str = Field("cpu", description='A torch device, e.g. "cpu", "cuda:1".')
     dtype: DType = "float32"
     backend: Backend = Field(
-        "transformers",
-        description="local: run with transformers, or with llama.cpp from the GGUF "
-        "(a built-in model or a .gguf source; needs the llamacpp extra).",
+        "auto",
+        description="local: run with llama.cpp from the GGUF (a built-in model or a .gguf "
+        "source; needs the llamacpp extra) or with transformers; auto: llama.cpp for a GGUF "
+        "on the CPU when the extra is installed, else transformers.",
+    )
+    batching: bool = Field(
+        False,
+        description="llama.cpp: read the draft and verification steps of concurrent "
+        "requests in one batch (faster under load; an answer may then differ slightly "
+        "from the same answer made alone).",
     )
     model: str | None = Field(
         None, description="openai: the served model name (default: the server's first model)."
@@ -106,6 +113,9 @@ class Member(BaseModel):
                 )
         elif self.model or self.tokenizer or self.chat_template:
             raise ValueError("model, tokenizer and chat_template apply to openai members only")
+        if self.batching and (self.remote or self.backend == "transformers"):
+            where = f"a {self.kind} member" if self.remote else "backend='transformers'"
+            raise ValueError(f"batching applies to members on llama.cpp, not to {where}")
         return self
 
     @property
@@ -123,7 +133,7 @@ class Member(BaseModel):
 
     @classmethod
     def local(cls, source: str, **settings: object) -> Member:
-        """A member that runs in this process with transformers."""
+        """A member that runs in this process (see ``backend``)."""
         return cls(source=source, **settings)
 
     @classmethod

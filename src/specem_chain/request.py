@@ -89,6 +89,9 @@ class Answer:
     """The members' weights at the start: uniform, or the task's (:class:`Feedback`)."""
     tool_calls: list[ParsedCall] = field(default_factory=list)
     """The tool calls found in the answer, with their ids (when tools were given)."""
+    backends: dict[str, str] = field(default_factory=dict)
+    """Where each member ran: ``llamacpp`` or ``transformers`` in this process, or its
+    server's kind (``tgi``, ``openai``)."""
 
     def add(self, event: RoundEvent) -> None:
         self.rounds.append(event)
@@ -124,6 +127,7 @@ class Answer:
             "usage": usage["per_member"],
             "answer_tokens": usage["answer_tokens"],
             "dropped": self.dropped,
+            "backends": self.backends,
         }
 
     @property
@@ -184,6 +188,7 @@ class Answer:
             "usage": self.usage(),
             "finish_reason": self.finish_reason,
             "dropped": self.dropped,
+            "backends": self.backends,
         }
 
 
@@ -317,6 +322,9 @@ class Request:
         """A seat per member whose session opened; a member that cannot be reached is left
         out (as one that fails later is dropped), unless too few are left."""
         resolved = await asyncio.gather(*(asyncio.to_thread(resolve, m) for m in self.members))
+        self.answer.backends = {
+            m.label: m.backend if m.kind == "local" else m.kind for m in resolved
+        }
         opened = await asyncio.gather(
             *(open_session(m, self.messages, self.format.tools) for m in resolved),
             return_exceptions=True,

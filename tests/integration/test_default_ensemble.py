@@ -24,7 +24,7 @@ NATALIA = (
 
 @pytest.mark.parametrize("name", DEFAULT_MEMBERS)
 async def test_inline_scores_equal_separate_scores_on_the_real_members(name):
-    backend = loaded(Member(source=name))
+    backend = loaded(Member(source=name, backend="transformers"))
     assert backend.model.config.model_type in ("llama", "qwen2")
     session = await backend.open(QUESTION)
     candidates = [
@@ -52,7 +52,7 @@ def test_the_default_ensemble_answers_with_segments_from_both_families():
 
 async def test_a_member_loads_straight_from_a_gguf_file():
     path = gguf_path("smollm2")
-    backend = loaded(Member(source=str(path)))
+    backend = loaded(Member(source=str(path), backend="transformers"))
     assert backend.model.config.model_type == "llama"
     session = await backend.open(QUESTION)
     draft = await session.draft(4, Member(source=str(path)).sampling, 0)

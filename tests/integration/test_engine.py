@@ -133,10 +133,11 @@ async def test_members_may_run_in_another_dtype(tiny_models):
 
 async def test_warm_up_loads_every_member_before_the_first_request(tiny_models):
     from specem_chain.backends import registry
+    from specem_chain.models import resolve
     from specem_chain.request import warm_up
 
     members = [Member.local(str(tiny_models["plain"]), name="warm")]
-    key = registry.key(members[0])
+    key = registry.key(resolve(members[0]))
     registry._backends.pop(key, None)
     await warm_up(members)
     assert key in registry._backends

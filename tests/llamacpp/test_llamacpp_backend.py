@@ -33,7 +33,7 @@ SmolLM2: 0.30 at most (a single-token candidate), 0.01-0.06 for longer ones."""
 
 async def test_scores_match_transformers_on_the_same_weights():
     llama = loaded(SMOLLM2)
-    reference = loaded(Member(source="smollm2"))
+    reference = loaded(Member(source="smollm2", backend="transformers"))
     assert isinstance(llama, LlamaCppBackend)
     sessions = [await llama.open(QUESTION), await reference.open(QUESTION)]
     assert sessions[0].ids == sessions[1].ids  # the same chat template and tokenizer
@@ -188,11 +188,13 @@ async def test_concurrent_requests_answer_as_they_do_alone(monkeypatch):
 
 
 async def test_a_mixed_ensemble_of_transformers_and_llamacpp_members():
-    members = [Member(source="smollm2"), QWEN]
+    members = [Member(source="smollm2", backend="transformers"), QWEN]
     model = SpecEMChatModel(members=members, max_tokens=16, seed=0)
     reply = await model.ainvoke([HumanMessage(QUESTION[0]["content"])])
     assert reply.content.strip()
     assert reply.response_metadata["specem"]["segments"]
+    backends = reply.response_metadata["specem"]["backends"]
+    assert backends == {members[0].label: "transformers", QWEN.label: "llamacpp"}
 
 
 def test_the_speed_benchmark_measures_members_on_llamacpp(tmp_path):
@@ -230,7 +232,8 @@ def test_the_speed_benchmark_measures_members_on_llamacpp(tmp_path):
     assert rerun["rows"][0]["reference_seconds_per_token"] == row["reference_seconds_per_token"]
 
 
-def test_eval_runs_its_members_on_llamacpp(tmp_path):
+def test_eval_runs_built_in_members_on_llamacpp_by_default(tmp_path):
+    """--backend auto (the default) resolves to llama.cpp here, and the run records it."""
     import json
 
     from typer.testing import CliRunner
@@ -240,7 +243,7 @@ def test_eval_runs_its_members_on_llamacpp(tmp_path):
     data = tmp_path / "gsm8k.jsonl"
     data.write_text(json.dumps({"question": "What is 2 + 3?", "answer": "#### 5"}) + "\n")
     out = tmp_path / "out"
-    args = ["eval", "--task", "gsm8k", "--data", str(data), "--backend", "llamacpp"]
+    args = ["eval", "--task", "gsm8k", "--data", str(data)]
     args += ["--systems", "member:smollm2-135m-instruct,specem", "--max-tokens", "8"]
     result = CliRunner().invoke(app, [*args, "--out", str(out)])
     assert result.exit_code == 0, result.output

@@ -51,7 +51,7 @@ SEGMENTS = [" It is", " 21", " °C", ".\n", "\n", "That is", " warm", ":\n\n", "
 @pytest.mark.parametrize("tools", [[], [WEATHER]], ids=["no tools", "tools"])
 def test_llamacpp_and_transformers_render_the_same_prompt(name, tools):
     llama = loaded(Member(source=name, backend="llamacpp"))
-    hf = loaded(Member(source=name))
+    hf = loaded(Member(source=name, backend="transformers"))
     conversation = CONVERSATION if tools else CONVERSATION[:2]
     rendered = llama.template.render(conversation, tools)
     assert rendered == hf.template.render(conversation, tools)

@@ -46,10 +46,12 @@ async def test_llamacpp_and_tgi_members_answer_together(llama_url, tgi_url, smol
 
 
 async def test_a_local_and_a_remote_copy_of_one_model_score_alike(tgi_url):
-    """Same model, same template: the TGI member's scores match the in-process member's,
-    so the candidate's tokens and its end-of-turn token are mapped right over HTTP."""
+    """Same model, same template, same backend (the TGI server runs transformers): the TGI
+    member's scores match the in-process member's, so the candidate's tokens and its
+    end-of-turn token are mapped right over HTTP."""
+    local = Member.local("smollm2", name="local", backend="transformers")
     llm = SpecEMChatModel(
-        members=[Member.local("smollm2", name="local"), Member.tgi(tgi_url, name="remote")],
+        members=[local, Member.tgi(tgi_url, name="remote")],
         max_tokens=24,
         window=8,
         seed=3,

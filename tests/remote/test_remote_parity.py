@@ -21,7 +21,7 @@ MERGING = [Segment("\n\nThe end."), Segment("\n")]
 
 
 async def test_a_tgi_session_holds_the_same_context_as_an_in_process_one(tgi_url):
-    local = await loaded(Member(source="smollm2")).open(QUESTION)
+    local = await loaded(Member(source="smollm2", backend="transformers")).open(QUESTION)
     remote = await TGIBackend(Member.tgi(tgi_url)).open(QUESTION)
     assert remote.ids == local.ids
     merged = False

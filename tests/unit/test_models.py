@@ -12,6 +12,7 @@ import pytest
 
 from specem_chain import models
 from specem_chain.errors import MemberSpecError, SpecEMError
+from specem_chain.members import Member
 from specem_chain.models import (
     DEFAULT_MEMBERS,
     BuiltinModel,
@@ -354,3 +355,44 @@ def test_folder_without_marker_is_rebuilt(cache: Path, monkeypatch: pytest.Monke
     folder = model_folder(model, progress=False)
     assert not (folder / "junk").exists()
     assert is_cached(model)
+
+
+@pytest.mark.parametrize(
+    ("settings", "expected"),
+    [
+        ({"source": "smollm2"}, "llamacpp"),  # every built-in model ships a GGUF
+        ({"source": "/models/tiny.gguf"}, "llamacpp"),
+        ({"source": "/models/tiny-folder"}, "transformers"),
+        ({"source": "org/model"}, "transformers"),
+        ({"source": "smollm2", "device": "cuda:0"}, "transformers"),  # llama.cpp runs on CPU
+        ({"source": "smollm2", "dtype": "bfloat16"}, "transformers"),
+        ({"source": "smollm2", "backend": "transformers"}, "transformers"),
+        ({"source": "/models/tiny-folder", "backend": "llamacpp"}, "llamacpp"),
+    ],
+)
+def test_auto_runs_a_gguf_on_llamacpp(
+    settings: dict, expected: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(models.importlib.util, "find_spec", lambda name: object())  # installed
+    assert models.runs_on(Member(**settings)) == expected
+
+
+def test_auto_falls_back_to_transformers_without_the_llamacpp_extra(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(models.importlib.util, "find_spec", lambda name: None)
+    assert models.runs_on(Member(source="smollm2")) == "transformers"
+    with pytest.raises(MemberSpecError, match=r"batching runs on llama\.cpp.*llamacpp extra"):
+        models.runs_on(Member(source="smollm2", batching=True))
+
+
+@pytest.mark.parametrize(
+    ("settings", "names"),
+    [
+        ({"source": "smollm2", "backend": "transformers"}, "backend='transformers'"),
+        ({"source": "http://127.0.0.1:9/", "kind": "tgi"}, "a tgi member"),
+    ],
+)
+def test_batching_is_refused_where_it_cannot_run(settings: dict, names: str) -> None:
+    with pytest.raises(ValueError, match=f"batching applies to members on llama.cpp.*{names}"):
+        Member(**settings, batching=True)

@@ -72,7 +72,7 @@ def test_member_settings_apply_to_members_in_this_process_only(tiny_models):
     assert (server.kind, server.model, server.backend, server.dtype) == (
         "openai",
         "served",
-        "transformers",
+        "auto",
         "float32",
     )
 

@@ -174,10 +174,12 @@ async def test_an_async_pipeline_run_uses_run_async(generator):
 
 
 def unloaded(members: list[str]) -> list:
-    """The members' keys in specem's backend registry, their models dropped from it."""
+    """The members' keys in specem's backend registry (as they run: backend resolved),
+    their models dropped from it."""
     from specem_chain.backends import registry
+    from specem_chain.models import resolve
 
-    keys = [registry.key(Member(source=m)) for m in members]
+    keys = [registry.key(resolve(Member(source=m))) for m in members]
     for key in keys:
         registry._backends.pop(key, None)
     return keys

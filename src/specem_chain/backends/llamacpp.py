@@ -37,12 +37,17 @@ from llama_cpp._internals import LlamaSampler, LlamaTokenDataArray
 from ..engine.types import Draft, Message, Sampling, Score, Scoring, Segment, Tool
 from ..errors import MemberSpecError
 from ..members import Member, model_files
+from .batching import Batcher, Slot
 from .drafting import check_prompt, common_prefix, draft_tokens
 from .local import LocalSession
 from .template import ChatTemplate
 
 CONTEXT = 8192
-"""Tokens the KV cache of one loaded model holds (fewer if the model was trained on fewer)."""
+"""Tokens one request's context may hold on a loaded model (fewer if the model was trained
+on fewer)."""
+
+BATCH_CONTEXT = 2 * CONTEXT
+"""Tokens the KV cache of a batching model holds for all its requests together."""
 
 THREADS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 """The cores this process may run on (``taskset`` or a container's CPU set), not all the
@@ -102,16 +107,19 @@ _cores = Cores()
 class LlamaCppBackend:
     """A loaded GGUF model, its KV cache and its tokenizer, shared by every request."""
 
-    def __init__(self, llm: llama_cpp.Llama, *, name: str) -> None:
+    def __init__(self, llm: llama_cpp.Llama, *, name: str, batching: bool = False) -> None:
         self.llm = llm
         self.name = name
+        self.batcher = Batcher(llm, BATCH_CONTEXT, _cores, THREADS) if batching else None
+        """Reads every request's tokens on a context of its own, many requests at a step
+        (:mod:`.batching`); None: one request at a time on ``llm``'s context."""
         self.lock = threading.Lock()
         """Held by every call that reads or changes the KV cache."""
         self.cached: list[int] = []
         """The tokens whose keys and values the KV cache holds, in order."""
         self.owner: LlamaCppSession | None = None
         """The session whose calls built the cache."""
-        self.max_context = min(llm.n_ctx(), llm._model.n_ctx_train() or llm.n_ctx())
+        self.max_context = min(CONTEXT, llm._model.n_ctx_train() or CONTEXT)
         meta = llm.metadata
         special = {
             name: self.detokenize([int(meta[f"tokenizer.ggml.{name}_id"])], special=True)
@@ -126,12 +134,12 @@ class LlamaCppBackend:
         """Load the member's GGUF."""
         llm = llama_cpp.Llama(
             model_path=str(gguf_file(member)),
-            n_ctx=CONTEXT,
+            n_ctx=CONTEXT if not member.batching else 256,  # batching reads on its own
             n_threads=THREADS,
             n_threads_batch=THREADS,
             verbose=False,
         )
-        return cls(llm, name=member.label)
+        return cls(llm, name=member.label, batching=member.batching)
 
     def _end_of_turn(self, meta: dict[str, str]) -> tuple[frozenset[int], int]:
         """Token ids that end the member's turn (the GGUF's eos and eot, and the marker its
@@ -190,6 +198,9 @@ class LlamaCppBackend:
         session = LlamaCppSession(self, self.template.render(messages, tools))
         holds = f"whose context holds {self.max_context}"
         check_prompt(self.name, session.prompt_tokens, self.max_context - 1, holds)
+        if self.batcher is not None:
+            session.slot = await self.batcher.slot()
+            session.executor = self.batcher.executor
         return session
 
     # -- the KV cache ------------------------------------------------------------------
@@ -197,7 +208,11 @@ class LlamaCppBackend:
     @contextmanager
     def held(self, session: LlamaCppSession) -> Iterator[None]:
         """Hold the model for one call of ``session``: its lock, its KV cache (see
-        :meth:`take`) and a share of the cores."""
+        :meth:`take`) and a share of the cores. A batching model's sessions have sequences
+        of their own and hold nothing."""
+        if self.batcher is not None:
+            yield
+            return
         with self.lock, _cores.share():
             self.take(session)
             yield
@@ -222,17 +237,23 @@ class LlamaCppBackend:
         self.owner = session
 
     def release(self, session: LlamaCppSession) -> None:
+        if session.slot is not None:
+            session.slot.release()
+            return
         with self.lock:
             session.saved = None
             if self.owner is session:
                 self.owner = None
 
-    def logits(self, ids: Sequence[int], first: int) -> Logits:
-        """Bring the KV cache to ``ids``; return the logits at positions ``first`` onwards.
+    def logits(self, session: LlamaCppSession, ids: Sequence[int], first: int) -> Logits:
+        """Bring ``session``'s KV cache to ``ids``; return the logits at positions
+        ``first`` onwards.
 
         Reads only the tokens after the common prefix of the cache and ``ids`` (and those
         from ``first`` on, to get their logits). Call inside :meth:`held`.
         """
+        if session.slot is not None:
+            return session.slot.logits(ids, first)
         keep = min(common_prefix(self.cached, ids), first)
         try:
             if not self.llm._ctx.kv_cache_seq_rm(-1, keep, -1):
@@ -298,6 +319,8 @@ class LlamaCppSession(LocalSession):
     def __init__(self, backend: LlamaCppBackend, prompt: str) -> None:
         super().__init__(backend, prompt)
         self.saved: SavedState | None = None
+        self.slot: Slot | None = None
+        """Its sequence in a batching model's context."""
         self.drafted: tuple[list[int], Logits] | None = None
         """This round's draft: its tokens and the logits each was sampled from (one row
         more when it ended the turn). A candidate that starts as the draft does is scored
@@ -322,11 +345,11 @@ class LlamaCppSession(LocalSession):
 
         def step(tokens: list[int]) -> Logits:
             context = self.ids + tokens
-            return backend.logits(context, len(context) - 1)[0]
+            return backend.logits(self, context, len(context) - 1)[0]
 
         with backend.held(self):
             tokens, finished, at_boundary = draft_tokens(
-                backend.logits(self.ids, len(self.ids) - 1)[0],
+                backend.logits(self, self.ids, len(self.ids) - 1)[0],
                 step,
                 sample,
                 end_of_turn=backend.end_of_turn,
@@ -347,7 +370,7 @@ class LlamaCppSession(LocalSession):
                 if logits is None:
                     # The logits from the token before the candidate on predict the
                     # candidate's tokens; its last token predicts nothing and is not read.
-                    logits = self.backend.logits(self.ids[:start] + seq[:-1], start - 1)
+                    logits = self.backend.logits(self, self.ids[:start] + seq[:-1], start - 1)
                 scores.append(Score(mean_score(logits, seq, scoring), len(seq)))
         return scores
 

@@ -4,13 +4,17 @@ one context rule, and their model calls run off the event loop."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
 from dataclasses import replace
-from typing import Protocol
+from typing import Any, Protocol, TypeVar
 
 from ..engine.types import Draft, Sampling, Score, Scoring, Segment
 from .drafting import common_prefix, decode_after, finish_draft
 from .template import ChatTemplate
+
+T = TypeVar("T")
 
 
 class LocalBackend(Protocol):
@@ -31,6 +35,9 @@ class LocalSession:
     read as the merged token. Subclasses implement ``_draft``, ``_score`` and ``_accept``.
     """
 
+    executor: Executor | None = None
+    """Where its model calls run; None: the event loop's default pool."""
+
     def __init__(self, backend: LocalBackend, prompt: str) -> None:
         self.backend = backend
         self.text = prompt
@@ -42,13 +49,18 @@ class LocalSession:
     async def draft(
         self, window: int, sampling: Sampling, seed: int, run_on: bool = False
     ) -> Draft:
-        return await asyncio.to_thread(self._draft, window, sampling, seed, run_on)
+        return await self._off_loop(self._draft, window, sampling, seed, run_on)
 
     async def score(self, candidates: Sequence[Segment], scoring: Scoring) -> list[Score]:
-        return await asyncio.to_thread(self._score, candidates, scoring)
+        return await self._off_loop(self._score, candidates, scoring)
 
     async def accept(self, segment: Segment) -> int:
-        return await asyncio.to_thread(self._accept, segment)
+        return await self._off_loop(self._accept, segment)
+
+    async def _off_loop(self, call: Callable[..., T], *args: Any) -> T:
+        """``call(*args)`` on a thread of :attr:`executor`."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.executor, functools.partial(call, *args))
 
     def _draft(self, window: int, sampling: Sampling, seed: int, run_on: bool) -> Draft:
         raise NotImplementedError

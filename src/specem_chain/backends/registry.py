@@ -42,7 +42,7 @@ def key(member: Member) -> Hashable:
     request's, not the backend's)."""
     if member.remote:
         return member.model_copy(update={"sampling": Sampling(), "role": "both"})
-    return (member.backend, member.source, member.device, member.dtype)
+    return (member.backend, member.source, member.device, member.dtype, member.batching)
 
 
 def backend(member: Member) -> Backend:

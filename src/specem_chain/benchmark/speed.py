@@ -132,7 +132,7 @@ def _llamacpp_solo(member: Member, length: int, seed: int) -> float:
     with local.held(session):
         start = time.perf_counter()
         for _ in range(length):
-            logits = local.logits(ids, len(ids) - 1)[0]
+            logits = local.logits(session, ids, len(ids) - 1)[0]
             logits[list(local.end_of_turn)] = -float("inf")
             ids.append(sample(logits))
         elapsed = time.perf_counter() - start
@@ -297,6 +297,13 @@ def table(result: dict[str, Any]) -> str:
         + "); min / median."
     )
     return "\n".join(lines)
+
+
+def write(result: dict[str, Any], stem: Path) -> None:
+    """``stem``.json, .md and .png."""
+    stem.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
+    stem.with_suffix(".md").write_text(table(result) + "\n")
+    plot(result, stem.with_suffix(".png"))
 
 
 def plot(result: dict[str, Any], path: Path) -> None:

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.text import Text
 
 from ..members import Backend, Member
-from ..models import DEFAULT_MEMBERS, builtin
+from ..models import DEFAULT_MEMBERS, builtin, runs_on
 
 err = Console(stderr=True, highlight=False)
 
@@ -63,8 +63,12 @@ def eval_command(
     window: Annotated[int, typer.Option(min=1, help="Tokens each member drafts per round.")] = 10,
     backend: Annotated[
         Backend,
-        typer.Option(help="Where local members run (llamacpp: about 3x faster on a CPU)."),
-    ] = "transformers",
+        typer.Option(
+            help="Where local members run: auto (llama.cpp for built-in and .gguf members "
+            "on a CPU when the llamacpp extra is installed, about 3x faster there; otherwise "
+            "transformers), llamacpp or transformers."
+        ),
+    ] = "auto",
     order: Annotated[
         str,
         typer.Option(
@@ -108,7 +112,7 @@ def eval_command(
             "seed": seed,
             "max_tokens": max_tokens,
             "window": window,
-            "backend": backend,
+            "backend": ",".join(sorted({m.backend for m in ensemble if m.kind == "local"})),
         }
         if order != "stored":
             manifest["order"] = order
@@ -167,11 +171,15 @@ def replay_command(
 
 
 def _ensemble(specs: list[str], backend: Backend) -> list[Member]:
-    """The members, built-in ones under their canonical names, local ones on ``backend``."""
-    from ..members import Member
-
+    """The members, built-in ones under their canonical names, local ones on ``backend``
+    (``auto`` resolved, so that the run records where they ran)."""
     members = [Member(source=s, name=b.name if (b := builtin(s)) else None) for s in specs]
-    return [m.model_copy(update={"backend": backend}) if m.kind == "local" else m for m in members]
+    return [
+        m.model_copy(update={"backend": runs_on(m.model_copy(update={"backend": backend}))})
+        if m.kind == "local"
+        else m
+        for m in members
+    ]
 
 
 def _quiet_transformers() -> None:

@@ -3,8 +3,11 @@ converting them for transformers, and resolving a member spec into files."""
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass
+from typing import Literal
 
+from ..errors import MemberSpecError
 from ..members import Member
 from .cache import cache_dir, folder, is_complete
 from .convert import model_folder
@@ -32,6 +35,7 @@ __all__ = [
     "list_models",
     "model_folder",
     "resolve",
+    "runs_on",
 ]
 
 
@@ -70,11 +74,33 @@ def list_models() -> list[ModelInfo]:
     return sorted(rows, key=lambda r: not r.default)
 
 
+def runs_on(member: Member) -> Literal["transformers", "llamacpp"]:
+    """Where a local member runs: its ``backend``, or for ``"auto"`` llama.cpp when the
+    model is a GGUF (every built-in model has one), it runs on the CPU in float32 and the
+    llamacpp extra is installed, else transformers."""
+    if member.backend != "auto":
+        return member.backend
+    gguf = builtin(member.source) is not None or member.source.endswith(".gguf")
+    on_cpu = member.device == "cpu" and member.dtype == "float32"
+    if gguf and on_cpu and importlib.util.find_spec("llama_cpp") is not None:
+        return "llamacpp"
+    if member.batching:
+        raise MemberSpecError(
+            f"member {member.label!r}: batching runs on llama.cpp, which needs a GGUF model "
+            "on the CPU and the llamacpp extra: pip install 'specem-chain[llamacpp]'"
+        )
+    return "transformers"
+
+
 def resolve(member: Member, *, progress: bool = True) -> Member:
-    """The member with a built-in model's name replaced by its files, fetched and converted
-    on first use: the GGUF for llama.cpp, the converted folder for transformers. The member
-    keeps its name. Other members are returned as they are."""
-    model = builtin(member.source) if not member.remote else None
+    """The member as it runs: its backend decided (:func:`runs_on`), and a built-in model's
+    name replaced by its files, fetched and converted on first use (the GGUF for llama.cpp,
+    the converted folder for transformers). The member keeps its name. Remote members are
+    returned as they are."""
+    if member.remote:
+        return member
+    member = member.model_copy(update={"backend": runs_on(member)})
+    model = builtin(member.source)
     if model is None:
         return member
     path = (

@@ -92,3 +92,18 @@ def test_agent_tools_calls_the_calculator_then_answers_from_its_result():
     final = replies[-1]
     assert final is messages[-1] and not final.tool_calls
     assert "69104" in final.text or "69,104" in final.text, final.text
+
+
+def test_task_feedback_carries_the_weights_to_the_next_run(tiny_models, tmp_path):
+    from task_feedback import answer_task
+
+    from specem_chain import Feedback
+
+    members = [str(tiny_models["llama"]), str(tiny_models["qwen2"])]
+    weights = tmp_path / "weights.json"
+    first = answer_task(["What is 2 + 3?", "Name a colour."], weights, members, max_tokens=8)
+    assert len(first) == 2 and weights.exists()
+    saved = Feedback.load(weights)
+    assert saved.answers == 2
+    answer_task(["What is 4 + 4?"], weights, members, max_tokens=8)
+    assert Feedback.load(weights).answers == 3  # the second run went on from the first

@@ -1,0 +1,96 @@
+"""One forest plot of "system minus best member" across ``specem eval`` runs.
+
+    ./run python benchmarks/forest.py --out docs/benchmarks/quality/forest \\
+        gsm8k-2=eval/gsm8k-2 instructions-2=eval/instructions-2 ...
+
+Each RUN is ``LABEL=DIR[+DIR...]``: the results folders of one task and one set of members
+(several folders are pooled, e.g. the members' answers from one run and a variant's from
+another, all with the same seeds). In each run every system is paired with the best member
+alone, example by example, on the task's headline metric, exactly as ``specem eval``'s own
+summary does (paired bootstrap 95% interval; exact McNemar test for exact match). Writes
+``OUT.png`` and ``OUT.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from matplotlib.figure import Figure
+
+from specem_chain.evaluation import summary
+from specem_chain.evaluation.run import ResultStore
+from specem_chain.evaluation.tasks import TASKS
+
+
+def load(spec: str) -> tuple[str, str, summary.Comparison | None, dict[str, int]]:
+    """A run's label, task name, comparison with its best member, and answers per system."""
+    label, _, folders = spec.partition("=")
+    dirs = [Path(d) for d in folders.split("+")]
+    manifest = json.loads((dirs[0] / "run.json").read_text())
+    task = TASKS[manifest["task"]]
+    scores: summary.Scores = {}
+    for folder in dirs:
+        for (system, example), record in ResultStore(folder / "results.jsonl").records.items():
+            scores.setdefault(system, {})[example] = record["metrics"]
+    members = [f"member:{m}" for m in manifest["members"]]
+    result = summary.summarise(task, scores)
+    comparison = summary.compare_with_best_member(task, scores, result, members)
+    return label, task.metrics[0], comparison, {s: len(v) for s, v in scores.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("runs", nargs="+", metavar="LABEL=DIR[+DIR...]")
+    parser.add_argument("--out", type=Path, required=True, help="Writes OUT.png and OUT.md.")
+    args = parser.parse_args()
+
+    rows = []  # (run label, metric, best member, system, paired)
+    for spec in args.runs:
+        label, metric, comparison, _ = load(spec)
+        if comparison is None:
+            continue
+        best, paired = comparison
+        for system, p in paired.items():
+            if not system.startswith("member:"):
+                rows.append((label, metric, best.removeprefix("member:"), system, p))
+
+    lines = [
+        "| run | system | metric | best member | n | better / worse | difference [95% CI] "
+        "| McNemar p |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for label, metric, best, system, p in rows:
+        p_value = "" if p["p_value"] is None else f"{p['p_value']:.3f}"
+        lines.append(
+            f"| {label} | `{system}` | {metric} | {best} | {p['n']} | {p['better']} / "
+            f"{p['worse']} | {p['difference']:+.3f} [{p['ci_low']:+.3f}, {p['ci_high']:+.3f}] "
+            f"| {p_value} |"
+        )
+    args.out.with_suffix(".md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+    figure = Figure(figsize=(9, 0.45 * len(rows) + 1.5), layout="constrained")
+    ax = figure.subplots()
+    names = [f"{label}: {system} ({metric}, n={p['n']})" for label, metric, _, system, p in rows]
+    for y, (_, _, _, _, p) in enumerate(rows):
+        significant = p["ci_low"] > 0 or p["ci_high"] < 0
+        colour = "tab:blue" if not significant else ("tab:green" if p["ci_low"] > 0 else "tab:red")
+        ax.errorbar(
+            p["difference"],
+            y,
+            xerr=[[p["difference"] - p["ci_low"]], [p["ci_high"] - p["difference"]]],
+            fmt="o",
+            color=colour,
+            capsize=3,
+        )
+    ax.axvline(0, color="gray", linewidth=1)
+    ax.set_yticks(range(len(rows)), names, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("system minus best member alone (paired bootstrap 95% CI)")
+    figure.savefig(args.out.with_suffix(".png"), dpi=120)
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,42 @@
+"""Task-level feedback: the members' weights carried from one question of a task to the next,
+with a gate that rests a member the task has found weak (docs: Concepts -> Policies).
+
+    ./run python examples/task_feedback.py
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from specem_chain import Feedback, SpecEMChatModel
+from specem_chain.models import DEFAULT_MEMBERS
+
+
+def answer_task(
+    questions: Sequence[str],
+    weights_file: Path,
+    members: Sequence[str] = DEFAULT_MEMBERS,
+    max_tokens: int = 256,
+) -> list[str]:
+    """Answer the questions of one task in order; the task's weights are kept in
+    ``weights_file`` between runs."""
+    # --8<-- [start:feedback]
+    feedback = Feedback.load(weights_file) if weights_file.exists() else Feedback(decay=0.2)
+    llm = SpecEMChatModel(
+        members=members, policy="pool", gate=0.5, feedback=feedback, seed=0, max_tokens=max_tokens
+    )
+    answers = [llm.invoke(question).content for question in questions]  # each updates feedback
+    feedback.save(weights_file)
+    # --8<-- [end:feedback]
+    return [str(a) for a in answers]
+
+
+if __name__ == "__main__":
+    maths = [
+        "A pen costs 3 dollars. How much do 4 pens cost?",
+        "Tom has 12 apples and gives away 5. How many are left?",
+    ]
+    for text in answer_task(maths, Path("maths-weights.json")):
+        print(text, "\n")
+    print(Feedback.load(Path("maths-weights.json")))

@@ -1,0 +1,30 @@
+"""benchmarks/forest.py on the shipped development runs: one row per system and run, paired
+with the run's best member exactly as specem eval's own summary pairs them."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).parents[2]
+DEV = ROOT / "docs/benchmarks/quality/dev"
+
+
+def test_the_forest_plot_pairs_every_system_with_its_runs_best_member(tmp_path):
+    runs = [
+        f"instructions={DEV / 'instructions-dev-2'}",
+        f"gsm8k={DEV / 'gsm8k-2'}+{DEV / 'gsm8k-2-b'}",
+    ]
+    out = tmp_path / "forest"
+    subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks/forest.py"), "--out", str(out), *runs],
+        check=True,
+        capture_output=True,
+    )
+    assert out.with_suffix(".png").stat().st_size > 0
+    rows = [line for line in out.with_suffix(".md").read_text().splitlines()[2:] if line]
+    assert [row.split(" | ")[0].strip("| ") for row in rows] == ["instructions"] * 2 + ["gsm8k"]
+    gated = rows[-1].split(" | ")
+    assert gated[4] == "200" and gated[5] == "19 / 19"  # the pooled folders: 200 shared ids
+    assert all("member:" not in row for row in rows)  # members are the yardstick, not rows

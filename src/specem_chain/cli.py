@@ -288,7 +288,10 @@ def bench(
         raise fail(str(error)) from None
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
-        kind.write(result, out_dir / name)
+        stem = out_dir / name  # the same three files for either benchmark
+        stem.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
+        stem.with_suffix(".md").write_text(kind.table(result) + "\n")
+        kind.plot(result, stem.with_suffix(".png"))
     if as_json:
         out.print_json(json.dumps(result))
     else:

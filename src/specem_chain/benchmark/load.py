@@ -18,7 +18,6 @@ client, streamed; the server decides whether it batches and its memory is not me
 from __future__ import annotations
 
 import asyncio
-import json
 import statistics
 import threading
 import time
@@ -268,10 +267,3 @@ def plot(result: dict[str, Any], path: Path) -> None:
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     pyplot.close(figure)
-
-
-def write(result: dict[str, Any], stem: Path) -> None:
-    """``stem``.json, .md and .png."""
-    stem.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
-    stem.with_suffix(".md").write_text(table(result) + "\n")
-    plot(result, stem.with_suffix(".png"))

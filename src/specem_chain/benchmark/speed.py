@@ -299,13 +299,6 @@ def table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def write(result: dict[str, Any], stem: Path) -> None:
-    """``stem``.json, .md and .png."""
-    stem.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
-    stem.with_suffix(".md").write_text(table(result) + "\n")
-    plot(result, stem.with_suffix(".png"))
-
-
 def plot(result: dict[str, Any], path: Path) -> None:
     """Time per token against answer length: ours, the reference design, members alone."""
     import matplotlib

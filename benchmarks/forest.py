@@ -24,8 +24,8 @@ from specem_chain.evaluation.run import ResultStore
 from specem_chain.evaluation.tasks import TASKS
 
 
-def load(spec: str) -> tuple[str, str, summary.Comparison | None, dict[str, int]]:
-    """A run's label, task name, comparison with its best member, and answers per system."""
+def load(spec: str) -> tuple[str, str, summary.Comparison | None]:
+    """A run's label, headline metric and comparison with its best member."""
     label, _, folders = spec.partition("=")
     dirs = [Path(d) for d in folders.split("+")]
     manifest = json.loads((dirs[0] / "run.json").read_text())
@@ -37,7 +37,7 @@ def load(spec: str) -> tuple[str, str, summary.Comparison | None, dict[str, int]
     members = [f"member:{m}" for m in manifest["members"]]
     result = summary.summarise(task, scores)
     comparison = summary.compare_with_best_member(task, scores, result, members)
-    return label, task.metrics[0], comparison, {s: len(v) for s, v in scores.items()}
+    return label, task.metrics[0], comparison
 
 
 def main() -> None:
@@ -48,7 +48,7 @@ def main() -> None:
 
     rows = []  # (run label, metric, best member, system, paired)
     for spec in args.runs:
-        label, metric, comparison, _ = load(spec)
+        label, metric, comparison = load(spec)
         if comparison is None:
             continue
         best, paired = comparison

@@ -14,6 +14,20 @@ from specem_chain import Member, RequestSettings
 
 from specem_openai_server import create_app
 
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Get the weather at a location.",
+        "parameters": {
+            "type": "object",
+            "properties": {"location": {"type": "string"}},
+            "required": ["location"],
+        },
+    },
+}
+"""A tool for the tests, as an OpenAI client sends it."""
+
 
 @contextmanager
 def serve(

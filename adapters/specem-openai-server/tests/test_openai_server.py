@@ -12,7 +12,7 @@ import openai
 import pytest
 from langchain_core.messages import HumanMessage
 from langchain_openai import ChatOpenAI
-from openai_server_harness import serve
+from openai_server_harness import WEATHER, serve
 from specem_chain import Member, RequestSettings
 from specem_chain.models import DEFAULT_MEMBERS
 
@@ -212,20 +212,6 @@ def test_tool_call_arguments_that_are_not_json_are_a_400(client):
     messages = [*QUESTION, {"role": "assistant", "content": None, "tool_calls": [call]}]
     with pytest.raises(openai.BadRequestError, match="arguments of 'c1' are not a JSON object"):
         client.chat.completions.create(model="specem", messages=messages)
-
-
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Get the weather at a location.",
-        "parameters": {
-            "type": "object",
-            "properties": {"location": {"type": "string"}},
-            "required": ["location"],
-        },
-    },
-}
 
 
 @pytest.mark.models

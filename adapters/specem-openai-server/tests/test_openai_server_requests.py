@@ -9,7 +9,7 @@ import json
 import openai
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
-from openai_server_harness import serve
+from openai_server_harness import WEATHER, serve
 from specem_chain import Member, RequestSettings, SpecEMChatModel
 from specem_chain.chat_model import to_conversation
 from specem_chain.request import merge_turns
@@ -17,18 +17,6 @@ from specem_chain.request import merge_turns
 from specem_openai_server.from_openai import to_messages
 from specem_openai_server.schema import ChatCompletionRequest
 
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Get the weather at a location.",
-        "parameters": {
-            "type": "object",
-            "properties": {"location": {"type": "string"}},
-            "required": ["location"],
-        },
-    },
-}
 CALL = {
     "id": "call_1",
     "type": "function",

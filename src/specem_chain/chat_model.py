@@ -24,7 +24,7 @@ from .answer_formats import request_format
 from .engine.tool_calls import TOOL_CALL_CLOSE, TOOL_CALL_OPEN, ParsedCall
 from .engine.types import Message
 from .feedback import Feedback
-from .members import Member, member_list
+from .members import Member, ensemble_name, member_list
 from .models import DEFAULT_MEMBERS, builtin
 from .request import (
     Answer,
@@ -220,7 +220,7 @@ class SpecEMChatModel(BaseChatModel, RequestSettings):
     @property
     def model_name(self) -> str:
         """A readable name for the ensemble, naming its members."""
-        return "specem[" + ", ".join(m.label for m in self.members) + "]"
+        return ensemble_name(self.members)
 
     @property
     def _identifying_params(self) -> dict[str, Any]:

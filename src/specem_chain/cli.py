@@ -18,7 +18,7 @@ from rich.text import Text
 from . import models
 from .errors import SpecEMError
 from .evaluation import cli as evaluation_cli
-from .members import Backend, Member, member_list
+from .members import Backend, Member, ensemble_name, member_list
 from .report import report
 from .request import Answer, RequestSettings, open_request, warm_up
 
@@ -194,7 +194,7 @@ def serve(
     quiet_transformers()
     try:
         import uvicorn
-        from specem_openai_server import create_app, model_name
+        from specem_openai_server import create_app
     except ImportError:
         raise fail(
             "serve needs the OpenAI-server adapter: pip install ./adapters/specem-openai-server"
@@ -213,7 +213,7 @@ def serve(
         raise fail(describe(error)) from None
     except (SpecEMError, ValueError) as error:
         raise fail(str(error)) from None
-    err.print(f"serving {model_name(members)} at http://{host}:{port}/v1")
+    err.print(f"serving {ensemble_name(members)} at http://{host}:{port}/v1")
     uvicorn.run(create_app(members, RequestSettings()), host=host, port=port)
 
 

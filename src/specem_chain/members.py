@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -22,6 +23,7 @@ __all__ = [
     "ModelFiles",
     "Role",
     "Sampling",
+    "ensemble_name",
     "member_list",
     "model_files",
 ]
@@ -184,6 +186,12 @@ def member_list(members: Any) -> list[Member]:
     if len(set(labels)) != len(labels):
         raise ValueError(f"member names must be unique, got {labels}; set Member.name")
     return listed
+
+
+def ensemble_name(members: Sequence[Member]) -> str:
+    """The ensemble's readable name, naming its members: ``specem[smollm2-135m-instruct, ...]``
+    (the model name every front end reports)."""
+    return "specem[" + ", ".join(m.label for m in members) + "]"
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,6 @@
 ``uvicorn.run(create_app(members, settings))`` serves it from Python.
 """
 
-from .app import create_app, model_name
+from .app import create_app
 
-__all__ = ["create_app", "model_name"]
+__all__ = ["create_app"]

@@ -15,18 +15,13 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from specem_chain import Member, RequestSettings, Update, open_request
 from specem_chain import Request as SpecEMRequest
-from specem_chain.members import member_list
+from specem_chain.members import ensemble_name, member_list
 from starlette.exceptions import HTTPException
 
 from .errors import APIError, api_error, validation_error
 from .from_openai import request_options, request_settings, to_messages
 from .schema import ChatCompletion, ChatCompletionChunk, ChatCompletionRequest, Model, ModelList
 from .to_openai import Chunks, completion
-
-
-def model_name(members: Sequence[Member]) -> str:
-    """The ensemble's name, naming its members: ``specem[smollm2-135m-instruct, ...]``."""
-    return "specem[" + ", ".join(m.label for m in members) + "]"
 
 
 def create_app(
@@ -38,7 +33,7 @@ def create_app(
     ``max_tokens``, ``temperature`` and ``seed`` override theirs. Run it with uvicorn."""
     members = member_list(members)
     defaults = settings or RequestSettings()
-    name = model_name(members)
+    name = ensemble_name(members)
     app = FastAPI(title="specem-chain", description="SpecEM behind the OpenAI chat API.")
     started = int(time.time())
 

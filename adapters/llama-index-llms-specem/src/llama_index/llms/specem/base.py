@@ -30,7 +30,7 @@ from llama_index.core.llms.function_calling import FunctionCallingLLM
 from llama_index.core.llms.llm import ToolSelection
 
 from specem_chain import Feedback, Member, Request, RequestSettings, Update, open_request
-from specem_chain.members import member_list
+from specem_chain.members import ensemble_name, member_list
 from specem_chain.models import DEFAULT_MEMBERS, builtin
 from specem_chain.request import segment_record
 from specem_chain.sync import iterate_sync
@@ -101,7 +101,7 @@ class SpecEM(FunctionCallingLLM, RequestSettings):
     @property
     def model_name(self) -> str:
         """A readable name for the ensemble, naming its members."""
-        return "specem[" + ", ".join(m.label for m in self.members) + "]"
+        return ensemble_name(self.members)
 
     @property
     def metadata(self) -> LLMMetadata:

@@ -20,6 +20,7 @@ from haystack.tools import (
 from haystack.utils import Secret, deserialize_callable, serialize_callable
 from specem_chain import Request, Update, open_request
 from specem_chain.answer_formats import request_format
+from specem_chain.members import ensemble_name
 from specem_chain.request import warm_up as load_members
 from specem_chain.sync import iterate_sync, run_sync
 
@@ -89,7 +90,7 @@ class SpecEMChatGenerator:
     @property
     def model_name(self) -> str:
         """A readable name for the ensemble, naming its members."""
-        return "specem[" + ", ".join(m.label for m in self.members) + "]"
+        return ensemble_name(self.members)
 
     def _get_telemetry_data(self) -> dict[str, Any]:
         return {"model": self.model_name}

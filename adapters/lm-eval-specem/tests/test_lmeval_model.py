@@ -56,7 +56,8 @@ def test_the_harness_builds_the_model_from_its_model_args_string(tiny_models):
     # The harness's --device places the members when it is there (its default is cuda:0).
     device = "cuda:0" if torch.cuda.is_available() else "cpu"
     assert [m.device for m in lm.members] == [device, device]
-    assert lm.tokenizer_name == "specem[llama,qwen2]"
+    assert lm.tokenizer_name == "specem[llama, qwen2]"
+    assert lm.feedback is None  # every answer from uniform weights unless feedback=task
 
 
 def test_the_harness_plugin_entry_point_names_the_model():
@@ -90,6 +91,7 @@ def test_the_default_members_are_the_embedded_ensemble():
         ({"members": "a;;b"}, ValueError, "separated by ';'"),
         ({"members": "smollm2;smollm2"}, ValueError, "unique"),
         ({"num_concurrent": 0}, ValueError, "num_concurrent"),
+        ({"feedback": "always"}, ValueError, "feedback is 'task' or 'none'"),
     ],
 )
 def test_bad_model_args_fail_before_any_member_runs(args, error, message):
@@ -131,6 +133,16 @@ def test_generate_until_answers_as_a_specem_request_does(pair, tiny_models):
     settings = RequestSettings(max_tokens=6, temperature=0.0, seed=request_seed(0, request, 0))
     expected = run_sync(direct(pair.members, [{"role": "user", "content": QUESTION}], settings))
     assert answer == expected
+
+
+def test_task_feedback_carries_the_weights_from_one_request_to_the_next(tiny_models):
+    args = f"members={tiny_models['llama']};{tiny_models['qwen2']},policy=pool,feedback=task"
+    lm = get_model("specem").create_from_arg_string(args)
+    requests = [generation(f"What is {i} plus {i}?", doc_id=i, max_gen_toks=8) for i in range(2)]
+    lm.generate_until(requests, disable_tqdm=True)
+    assert lm.feedback is not None and lm.feedback.answers == 2
+    weights = lm.feedback.weights([m.label for m in lm.members])
+    assert weights != {"llama": 0.5, "qwen2": 0.5}  # the second answer did not start uniform
 
 
 def test_the_answer_ends_before_a_stop_sequence(pair):

@@ -3,9 +3,12 @@
 ``--model_args members=smollm2;qwen2.5-coder,policy=paper,max_tokens=256``: members are
 separated by ``;`` (the harness splits model_args on ``,``); every other key is a
 :class:`~specem_chain.RequestSettings` field, the default of every request, or one of
-``backend`` and ``dtype`` (set on every member that runs in this process) and
-``num_concurrent``. The harness's ``--device`` (default ``cuda:0``) places the members that
-run in this process when that device is there, else they stay on the CPU.
+``backend`` and ``dtype`` (set on every member that runs in this process),
+``num_concurrent`` and ``feedback``: ``none`` (default) starts every answer from uniform
+weights; ``task`` carries the members' weights from each answer to the next over the run
+(a :class:`~specem_chain.Feedback`, as a chat model given one does). The
+harness's ``--device`` (default ``cuda:0``) places the members that run in this process
+when that device is there, else they stay on the CPU.
 """
 
 from __future__ import annotations
@@ -22,10 +25,10 @@ from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 from tqdm import tqdm
 
-from specem_chain import Member, RequestSettings, open_request
+from specem_chain import Feedback, Member, RequestSettings, open_request
 from specem_chain.backends import open_session
 from specem_chain.engine.types import Message, Sampling, Segment
-from specem_chain.members import member_list
+from specem_chain.members import ensemble_name, member_list
 from specem_chain.models import DEFAULT_MEMBERS, resolve
 from specem_chain.sync import run_sync
 
@@ -65,6 +68,7 @@ class SpecEMLM(LM):
         members: str | Sequence[str | Member] = tuple(DEFAULT_MEMBERS),
         num_concurrent: int = 1,
         device: str | None = None,
+        feedback: str = "none",
         **options: Any,
     ) -> None:
         super().__init__()
@@ -72,8 +76,10 @@ class SpecEMLM(LM):
         if unknown:
             raise TypeError(
                 f"unknown model_args {unknown} for specem; give members (separated by ';'), "
-                f"num_concurrent, {', '.join(MEMBER_SETTINGS)} or {', '.join(SETTINGS)}"
+                f"num_concurrent, feedback, {', '.join(MEMBER_SETTINGS)} or {', '.join(SETTINGS)}"
             )
+        if feedback not in ("task", "none"):
+            raise ValueError(f"feedback is 'task' or 'none', not {feedback!r}")
         if num_concurrent < 1:
             raise ValueError(f"num_concurrent must be at least 1, got {num_concurrent}")
         on_members = {k: options[k] for k in MEMBER_SETTINGS if options.get(k) is not None}
@@ -84,11 +90,12 @@ class SpecEMLM(LM):
             {k: v for k, v in options.items() if k in SETTINGS}
         )
         self.num_concurrent = num_concurrent
+        self.feedback = Feedback() if feedback == "task" else None
         self._ignored: set[str] = set()
 
     @property
     def tokenizer_name(self) -> str:
-        return "specem[" + ",".join(m.label for m in self.members) + "]"
+        return ensemble_name(self.members)
 
     def chat_template(self, chat_template: bool | str = False) -> str:
         return "each member's own chat template"
@@ -140,7 +147,9 @@ class SpecEMLM(LM):
 
     async def _generate(self, call: tuple[list[Message], RequestSettings, list[str]]) -> str:
         messages, settings, stop = call
-        async with open_request(self.members, messages, settings, stop=stop) as request:
+        async with open_request(
+            self.members, messages, settings, stop=stop, feedback=self.feedback
+        ) as request:
             async for _ in request:
                 pass
         return request.answer.text

@@ -1,5 +1,6 @@
 """Task-level feedback: weights that persist across a task's requests, decay toward
-uniform, serialise, stay apart between Feedback objects, and gate a weak drafter."""
+uniform, serialise, stay apart between Feedback objects, and gate a weak drafter; and the
+exit, which rests a drafter whose weight falls within one request."""
 
 from __future__ import annotations
 
@@ -134,6 +135,17 @@ async def test_a_gated_member_is_readmitted_as_the_task_weights_decay():
     assert readmitted[0] and not all(readmitted)  # rested at the start of later answers
     rested = readmitted.index(False)
     assert any(readmitted[rested:])  # and drafting again later
+
+
+async def test_the_exit_rests_a_drafter_once_its_weight_falls_below_it():
+    rounds, weak = await answer(None, exit=0.5, learning_rate=4.0)
+    out = [e.round for e in rounds if e.resting == ("weak",)]
+    assert out and out == list(range(out[0], len(rounds) + 1))  # out for the rest of it
+    assert rounds[out[0] - 2].weights["weak"] < 0.25 <= rounds[out[0] - 3].weights["weak"]
+    assert weak.drafted == out[0] - 1
+    assert all(e.verifiers == ("strong", "weak") for e in rounds)  # it still verifies
+    rounds, weak = await answer(None, learning_rate=4.0)  # exit=0: it drafts to the end
+    assert weak.drafted == len(rounds) and not any(e.resting for e in rounds)
 
 
 async def test_same_seed_and_same_starting_weights_give_the_same_answer():

@@ -56,6 +56,14 @@ class EngineSettings(BaseModel):
         "draft in the request; it still verifies. 0: never. With task weights (Feedback) "
         "a rested member is judged again once their decay brings it back over the gate.",
     )
+    exit: float = Field(
+        0.0,
+        ge=0.0,
+        lt=1.0,
+        description="A member whose weight falls below exit/K (K members) after a round "
+        "stops drafting for the rest of the request; it still verifies (SpecFuse's model "
+        "exit). 0: never.",
+    )
     seed: int | None = Field(None, ge=0, description="Makes the sampling reproducible.")
     min_members: int = Field(
         1,

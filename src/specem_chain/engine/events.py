@@ -62,7 +62,8 @@ class RoundEvent:
     rewards: dict[str, float | None] = field(default_factory=dict)
     """Each member's reward this round (None: no evidence); empty when not verified."""
     resting: tuple[str, ...] = ()
-    """Drafters sitting this request out: their starting weight was below the gate."""
+    """Drafters that did not draft this round: their starting weight was below the gate,
+    or their weight fell below the exit threshold in an earlier round."""
 
     @property
     def finished(self) -> bool:

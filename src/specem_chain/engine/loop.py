@@ -41,7 +41,7 @@ async def run_rounds(
     out before verification, and a round where every candidate is rejected is redrafted.
     ``weights`` are the members' starting weights (default: uniform).
     """
-    roster = Roster(seats, config.min_members, weights, config.gate)
+    roster = Roster(seats, config.min_members, weights, config.gate, config.exit)
     policy = config.round_policy()
     shape = answer_format or AnswerFormat()
     answer = AnswerText(config.stop, config.max_tokens, shape.prefix)

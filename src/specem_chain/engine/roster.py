@@ -4,6 +4,9 @@ A session that raises :class:`MemberUnavailable` (a remote member that kept fail
 dropped for the rest of the request: it no longer drafts, verifies or accepts, its weight
 becomes zero, and the round's event records the drop. Below ``min_members`` live members,
 or without a live drafter or verifier, the request fails.
+
+A drafter whose weight is below the gate at the start, or falls below the exit threshold
+after a round, rests: it keeps verifying and accepting, but no longer drafts.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ class Roster:
         min_members: int,
         weights: Sequence[float] | None = None,
         gate: float = 0.0,
+        exit: float = 0.0,
     ) -> None:
         names = [seat.name for seat in seats]
         if len(set(names)) != len(names):
@@ -63,21 +67,30 @@ class Roster:
         )
         self.alive = set(range(len(seats)))
         self.dropped: dict[str, str] = {}
-        self.resting = self._gated(gate)
-        """Drafters that sit this request out: their starting weight is below the gate."""
+        self.exit = exit
+        self.resting: frozenset[int] = frozenset()
+        """Drafters that do not draft: their starting weight was below the gate, or their
+        weight fell below the exit threshold after a round."""
+        self._rest(gate)
 
     @property
     def names(self) -> list[str]:
         return [seat.name for seat in self.seats]
 
-    def _gated(self, gate: float) -> frozenset[int]:
-        """The drafters whose weight is below ``gate`` / K; never every drafter: the
-        heaviest always drafts."""
-        drafters = [i for i, seat in enumerate(self.seats) if seat.drafts]
-        low = {i for i in drafters if self.weights[i] < gate / len(self.seats)}
-        if low == set(drafters):
-            low.discard(max(drafters, key=lambda i: (self.weights[i], -i)))
-        return frozenset(low)
+    def reweigh(self, weights: Sequence[float]) -> None:
+        """Take a round's new weights; a drafter whose weight fell below the exit
+        threshold rests for the rest of the request."""
+        self.weights = list(weights)
+        self._rest(self.exit)
+
+    def _rest(self, threshold: float) -> None:
+        """Rest the live drafters whose weight is below ``threshold`` / K, besides those
+        resting already; never every drafter: the heaviest always drafts."""
+        drafters = [i for i in sorted(self.alive) if self.seats[i].drafts]
+        low = self.resting | {i for i in drafters if self.weights[i] < threshold / len(self.seats)}
+        if low.issuperset(drafters):
+            low -= {max(drafters, key=lambda i: (self.weights[i], -i))}
+        self.resting = frozenset(low)
 
     def drafters(self) -> list[int]:
         """The live drafters, but those resting."""

@@ -34,7 +34,8 @@ class Drafted:
     tokens: dict[str, int]
     """Tokens each drafter drafted this round, over every attempt."""
     resting: tuple[str, ...] = ()
-    """Live drafters that did not draft: their weight was below the gate."""
+    """Live drafters that did not draft: their weight was below the gate at the start, or
+    fell below the exit threshold in an earlier round."""
 
     @property
     def segments(self) -> list[Segment]:
@@ -163,7 +164,7 @@ async def judge_round(
         return Verdict(verifiers, judgement)
     verification = await verify_round(roster, drafted, config)
     judgement = policy.judge(verification, roster.weights, round_index)
-    roster.weights = judgement.weights
+    roster.reweigh(judgement.weights)
     return Verdict(verification.verifiers, judgement, verification)
 
 

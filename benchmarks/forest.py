@@ -88,7 +88,7 @@ def main() -> None:
     ax.set_yticks(range(len(rows)), names, fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel("system minus best member alone (paired bootstrap 95% CI)")
-    figure.savefig(args.out.with_suffix(".png"), dpi=120)
+    figure.savefig(args.out.with_suffix(".png"), dpi=120, bbox_inches="tight")
     print("\n".join(lines))
 
 

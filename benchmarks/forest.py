@@ -14,25 +14,24 @@ summary does (paired bootstrap 95% interval; exact McNemar test for exact match)
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from matplotlib.figure import Figure
 
 from specem_chain.evaluation import summary
-from specem_chain.evaluation.run import ResultStore
+from specem_chain.evaluation.run import read_run
 from specem_chain.evaluation.tasks import TASKS
 
 
 def load(spec: str) -> tuple[str, str, summary.Comparison | None]:
     """A run's label, headline metric and comparison with its best member."""
     label, _, folders = spec.partition("=")
-    dirs = [Path(d) for d in folders.split("+")]
-    manifest = json.loads((dirs[0] / "run.json").read_text())
+    runs = [read_run(Path(folder)) for folder in folders.split("+")]
+    manifest = runs[0][0]
     task = TASKS[manifest["task"]]
     scores: summary.Scores = {}
-    for folder in dirs:
-        for (system, example), record in ResultStore(folder / "results.jsonl").records.items():
+    for _, store in runs:
+        for (system, example), record in store.records.items():
             scores.setdefault(system, {})[example] = record["metrics"]
     members = [f"member:{m}" for m in manifest["members"]]
     result = summary.summarise(task, scores)

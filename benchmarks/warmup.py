@@ -13,10 +13,9 @@ on the first 10 answers and on all. Prints a markdown table.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
-from specem_chain.evaluation.run import ResultStore
+from specem_chain.evaluation.run import read_run
 from specem_chain.evaluation.systems import variant
 from specem_chain.evaluation.tasks import TASKS
 
@@ -26,18 +25,18 @@ FIRST = 10
 def rows(system: str, label: str, folder: Path) -> list[str]:
     """One markdown row per member for one run."""
     gate = (variant(system) or {}).get("gate", 0.0)
-    task = TASKS[json.loads((folder / "run.json").read_text())["task"]]
-    records = ResultStore(folder / "results.jsonl").records.values()
-    answers = [r for r in records if r["system"] == system]
+    manifest, store = read_run(folder)
+    task = TASKS[manifest["task"]]
+    answers = [r for r in store.records.values() if r["system"] == system]
     if not answers:
         raise SystemExit(f"{folder} has no answers of {system!r}")
     metric = task.metrics[0]
     scores = [r["metrics"][metric] for r in answers]
     first = sum(scores[:FIRST]) / min(FIRST, len(scores))
     quality = f"{first:.2f} / {sum(scores) / len(scores):.2f}"
+    starts = [r["details"]["start_weights"] for r in answers]
     out = []
-    for member in answers[0]["details"]["start_weights"]:
-        starts = [r["details"]["start_weights"] for r in answers]
+    for member in starts[0]:
         rested = [i for i, w in enumerate(starts, 1) if w[member] < gate / len(w)]
         wrote = sum(1 for r in answers if r["details"]["wins"].get(member, 0))
         first_rest = str(rested[0]) if rested else "never"

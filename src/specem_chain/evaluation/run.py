@@ -119,6 +119,12 @@ def open_store(out: Path, manifest: dict[str, Any]) -> ResultStore:
     return ResultStore(out / RESULTS)
 
 
+def read_run(folder: Path) -> tuple[dict[str, Any], ResultStore]:
+    """The manifest and the results that ``specem eval`` stored in ``folder``."""
+    manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+    return manifest, ResultStore(folder / RESULTS)
+
+
 class ThroughputColumn(ProgressColumn):
     """Results per minute."""
 

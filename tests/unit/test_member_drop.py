@@ -52,3 +52,15 @@ async def test_other_errors_are_not_swallowed() -> None:
 
     with pytest.raises(ValueError, match="bug"):
         await events(member("a"), Broken("b"))
+
+
+async def test_a_resting_drafter_drafts_again_when_the_only_drafter_is_dropped() -> None:
+    # b is gated out (0.2 < 0.5 / 2); once a is dropped, the heaviest live drafter drafts
+    a, b = member("a", fail_after=2), member("b")
+    rounds = await events(a, b, weights=[0.8, 0.2], gate=0.5)
+    drop = [bool(e.dropped) for e in rounds].index(True)
+    assert all(e.resting == ("b",) for e in rounds[:drop])
+    assert all(c.member == "a" for e in rounds[:drop] for c in e.candidates)
+    assert b.drafted > 0 and rounds[-1].finish_reason == "end_of_turn"
+    assert all(c.member == "b" for e in rounds[drop + 1 :] for c in e.candidates)
+    assert not any(e.resting for e in rounds[drop + 1 :])

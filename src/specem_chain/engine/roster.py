@@ -6,7 +6,8 @@ becomes zero, and the round's event records the drop. Below ``min_members`` live
 or without a live drafter or verifier, the request fails.
 
 A drafter whose weight is below the gate at the start, or falls below the exit threshold
-after a round, rests: it keeps verifying and accepting, but no longer drafts.
+after a round, rests: it keeps verifying and accepting, but no longer drafts. The heaviest
+live drafter never rests: when every other drafter is dropped, a resting one drafts again.
 """
 
 from __future__ import annotations
@@ -88,14 +89,13 @@ class Roster:
         resting already; never every drafter: the heaviest always drafts."""
         drafters = [i for i in sorted(self.alive) if self.seats[i].drafts]
         low = self.resting | {i for i in drafters if self.weights[i] < threshold / len(self.seats)}
-        if low.issuperset(drafters):
+        if drafters and low.issuperset(drafters):
             low -= {max(drafters, key=lambda i: (self.weights[i], -i))}
         self.resting = frozenset(low)
 
     def drafters(self) -> list[int]:
         """The live drafters, but those resting."""
-        live = [i for i in sorted(self.alive) if self.seats[i].drafts]
-        return [i for i in live if i not in self.resting] or live
+        return [i for i in sorted(self.alive) if self.seats[i].drafts and i not in self.resting]
 
     def verifiers(self) -> list[int]:
         return [i for i in sorted(self.alive) if self.seats[i].verifies]
@@ -120,7 +120,8 @@ class Roster:
         return done
 
     def drop(self, failed: dict[int, MemberUnavailable]) -> None:
-        """Take unavailable members out of the request; fail when too few are left."""
+        """Take unavailable members out of the request (a resting drafter drafts again if
+        no other is left); fail when too few are left."""
         if not failed:
             return
         for i, error in failed.items():
@@ -129,6 +130,7 @@ class Roster:
             self.weights[i] = 0.0
         if math.fsum(self.weights) > 0:
             self.weights = normalised(self.weights)
+        self._rest(0.0)
         why = "; ".join(f"{name}: {reason}" for name, reason in self.dropped.items())
         if len(self.alive) < self.min_members:
             raise EnsembleError(

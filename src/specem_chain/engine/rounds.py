@@ -55,15 +55,18 @@ async def draft_round(
     cleaned at their last word boundary and shaped by the answer format. A round where no
     candidate could move the answer on is redrafted, up to :data:`REDRAFTS` times."""
     seats = roster.seats
-    drafting = roster.drafters()
-    resting = tuple(seats[i].name for i in sorted(roster.resting & roster.alive))
 
     def draft(attempt: int, i: int) -> Awaitable[Draft]:
         return seats[i].session.draft(window, seats[i].sampling, seed(i, attempt), run_on)
 
-    tokens = {seats[i].name: 0 for i in drafting}
+    tokens: dict[str, int] = {}
     for attempt in range(REDRAFTS):
+        # asked again each attempt: when every drafter was dropped, a resting one drafts
+        drafting = roster.drafters()
+        for i in drafting:
+            tokens.setdefault(seats[i].name, 0)
         drafts = await roster.call(drafting, partial(draft, attempt))
+        resting = tuple(seats[i].name for i in sorted(roster.resting & roster.alive))
         for i, d in drafts.items():
             tokens[seats[i].name] += d.tokens
         cleaned = [

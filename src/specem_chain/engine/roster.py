@@ -87,7 +87,7 @@ class Roster:
     def _rest(self, threshold: float) -> None:
         """Rest the live drafters whose weight is below ``threshold`` / K, besides those
         resting already; never every drafter: the heaviest always drafts."""
-        drafters = [i for i in sorted(self.alive) if self.seats[i].drafts]
+        drafters = self._live_drafters()
         low = self.resting | {i for i in drafters if self.weights[i] < threshold / len(self.seats)}
         if drafters and low.issuperset(drafters):
             low -= {max(drafters, key=lambda i: (self.weights[i], -i))}
@@ -95,7 +95,10 @@ class Roster:
 
     def drafters(self) -> list[int]:
         """The live drafters, but those resting."""
-        return [i for i in sorted(self.alive) if self.seats[i].drafts and i not in self.resting]
+        return [i for i in self._live_drafters() if i not in self.resting]
+
+    def _live_drafters(self) -> list[int]:
+        return [i for i in sorted(self.alive) if self.seats[i].drafts]
 
     def verifiers(self) -> list[int]:
         return [i for i in sorted(self.alive) if self.seats[i].verifies]

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from types import TracebackType
 from typing import Any, TypeVar
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, ValidationError
 
 from .answer_formats import request_format, tool_names, with_instruction
 from .backends import backend, open_session
@@ -46,6 +46,13 @@ class RequestSettings(EngineSettings):
     temperature: float | None = Field(
         None, ge=0.0, description="Every member's sampling temperature; unset keeps each own."
     )
+    repeat_penalty: float | None = Field(
+        None,
+        ge=1.0,
+        le=2.0,
+        description="Every member's repetition penalty in drafting (1: none; members in "
+        "this process and on TGI); unset keeps each own.",
+    )
     answer_timeout: float | None = Field(
         None,
         gt=0,
@@ -61,19 +68,24 @@ class RequestSettings(EngineSettings):
         )
 
     def tuned(self, members: Sequence[Member]) -> list[Member]:
-        """The members, with :attr:`temperature` (when set) as every one's temperature."""
-        if self.temperature is None:
+        """The members, with the sampling settings set here (:attr:`temperature`,
+        :attr:`repeat_penalty`) as every one's; a member that cannot take one fails."""
+        overrides = {
+            name: value
+            for name in Sampling.model_fields
+            if (value := getattr(self, name, None)) is not None
+        }
+        if not overrides:
             return list(members)
-        return [
-            m.model_copy(
-                update={
-                    "sampling": Sampling(
-                        **{**m.sampling.model_dump(), "temperature": self.temperature}
-                    )
-                }
-            )
-            for m in members
-        ]
+        return [_tuned(m, overrides) for m in members]
+
+
+def _tuned(member: Member, overrides: dict[str, Any]) -> Member:
+    try:
+        return Member(**{**dict(member), "sampling": member.sampling.model_copy(update=overrides)})
+    except ValidationError as error:
+        why = "; ".join(e["msg"].removeprefix("Value error, ") for e in error.errors())
+        raise RequestError(f"member {member.label!r}: {why}") from None
 
 
 @dataclass

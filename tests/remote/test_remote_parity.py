@@ -9,7 +9,7 @@ from loading import loaded
 from specem_chain import Member
 from specem_chain.backends.openai_completions import OpenAICompletionsBackend
 from specem_chain.backends.tgi import TGIBackend
-from specem_chain.engine.types import Segment
+from specem_chain.engine.types import REPEAT_LAST_N, Sampling, Segment
 
 pytestmark = pytest.mark.models
 
@@ -34,6 +34,20 @@ async def test_a_tgi_session_holds_the_same_context_as_an_in_process_one(tgi_url
     ours, theirs = [await s.score(MERGING, "mean_logprob") for s in (local, remote)]
     assert [s.tokens for s in ours] == [s.tokens for s in theirs]
     assert [s.mean for s in ours] == pytest.approx([s.mean for s in theirs], abs=2e-3)
+    await local.aclose()
+
+
+async def test_a_tgi_draft_is_penalised_as_an_in_process_one(tgi_url):
+    """TGI's repetition_penalty over the whole sequence is the in-process backends' penalty
+    over the latest 64 tokens while the prompt is shorter than that."""
+    question = [{"role": "user", "content": "Repeat exactly: banana banana banana banana"}]
+    local = await loaded(Member(source="smollm2", backend="transformers")).open(question)
+    remote = await TGIBackend(Member.tgi(tgi_url)).open(question)
+    assert len(local.ids) < REPEAT_LAST_N
+    greedy = Sampling(temperature=0.0, repeat_penalty=2.0)
+    drafts = [await s.draft(8, greedy, seed=0) for s in (local, remote)]
+    assert drafts[0].text == drafts[1].text
+    assert "banana" not in drafts[0].text  # as the plain greedy draft has (test_repeat_penalty)
     await local.aclose()
 
 

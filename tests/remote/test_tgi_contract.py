@@ -105,12 +105,22 @@ async def test_requests_and_responses_follow_the_openapi_schema(tgi_url, monkeyp
     monkeypatch.setattr(httpx.AsyncClient, "send", recording)
     members = [
         Member.tgi(tgi_url, name="contract-a"),
-        Member.tgi(tgi_url, name="contract-b", sampling={"temperature": 0.9, "top_p": 1.0}),
+        Member.tgi(
+            tgi_url,
+            name="contract-b",
+            sampling={"temperature": 0.9, "top_p": 1.0, "repeat_penalty": 1.2},
+        ),
     ]
     llm = SpecEMChatModel(members=members, max_tokens=16, window=8, seed=5)
     await llm.ainvoke([("system", "Be brief."), ("human", "Name a colour.")])
     paths = {request.url.path for request, _ in exchanges}
     assert {"/info", "/tokenize", "/chat_tokenize", "/generate"} <= paths
+    penalties = {
+        json.loads(request.content)["parameters"].get("repetition_penalty")
+        for request, _ in exchanges
+        if request.url.path == "/generate"
+    }
+    assert penalties == {None, 1.2}  # contract-a's drafts and scoring calls send none
     for request, response in exchanges:
         path, method = request.url.path, request.method.lower()
         assert response.status_code == 200, response.text

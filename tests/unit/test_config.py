@@ -10,6 +10,9 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from specem_chain.engine.config import EngineConfig
+from specem_chain.engine.types import Sampling
+from specem_chain.members import Member
+from specem_chain.request import RequestSettings
 
 
 def test_defaults():
@@ -97,3 +100,19 @@ def test_valid_settings_round_trip(window, lr, scoring, fast_finish, stop):
     assert config.fast_finish is fast_finish
     assert config.stop == tuple(stop)
     assert EngineConfig.model_validate(config.model_dump()) == config
+
+
+def test_request_sampling_settings_override_every_member_s_and_keep_the_rest():
+    members = [
+        Member(source="smollm2", sampling={"temperature": 0.3, "top_p": 0.5}),
+        Member.tgi("http://a:1", sampling={"repeat_penalty": 1.5}),
+    ]
+    assert RequestSettings().tuned(members) == members
+    tuned = RequestSettings(repeat_penalty=1.1).tuned(members)
+    assert [m.sampling for m in tuned] == [
+        Sampling(temperature=0.3, top_p=0.5, repeat_penalty=1.1),
+        Sampling(repeat_penalty=1.1),
+    ]
+    assert [m.sampling.temperature for m in RequestSettings(temperature=0).tuned(tuned)] == [0, 0]
+    with pytest.raises(ValidationError, match="repeat_penalty"):
+        RequestSettings(repeat_penalty=0.9)

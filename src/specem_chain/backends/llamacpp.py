@@ -34,7 +34,7 @@ import numpy as np
 import numpy.typing as npt
 from llama_cpp._internals import LlamaSampler, LlamaTokenDataArray
 
-from ..engine.types import Draft, Message, Sampling, Score, Scoring, Segment, Tool
+from ..engine.types import REPEAT_LAST_N, Draft, Message, Sampling, Score, Scoring, Segment, Tool
 from ..errors import MemberSpecError
 from ..members import Member, model_files
 from .batching import Batcher, Slot
@@ -291,10 +291,15 @@ class SavedState:
 
 
 class TokenSampler:
-    """Samples tokens from logits as a draft does: temperature, then top-p, seeded."""
+    """Samples tokens from logits as a draft does: the repetition penalty over the latest
+    tokens (``history`` and those sampled since), then temperature and top-p, seeded."""
 
-    def __init__(self, n_vocab: int, sampling: Sampling, seed: int) -> None:
+    def __init__(
+        self, n_vocab: int, sampling: Sampling, seed: int, history: Sequence[int] = ()
+    ) -> None:
         self.chain = LlamaSampler()
+        if sampling.repeat_penalty != 1.0:
+            self.chain.add_penalties(n_vocab, REPEAT_LAST_N, sampling.repeat_penalty, 0.0, 0.0)
         if sampling.temperature == 0:
             self.chain.add_greedy()
         else:
@@ -302,13 +307,17 @@ class TokenSampler:
             if sampling.top_p < 1.0:
                 self.chain.add_top_p(sampling.top_p, 1)
             self.chain.add_dist(seed)
+        for token in history[-REPEAT_LAST_N:]:
+            llama_cpp.llama_sampler_accept(self.chain.sampler, token)
         self.array = LlamaTokenDataArray(n_vocab=n_vocab)
 
     def __call__(self, logits: Logits) -> int:
         self.array.copy_logits(logits)
         candidates = self.array.candidates
         llama_cpp.llama_sampler_apply(self.chain.sampler, ctypes.byref(candidates))
-        return int(candidates.data[candidates.selected].id)
+        token = int(candidates.data[candidates.selected].id)
+        llama_cpp.llama_sampler_accept(self.chain.sampler, token)
+        return token
 
 
 class LlamaCppSession(LocalSession):
@@ -336,7 +345,7 @@ class LlamaCppSession(LocalSession):
 
     def _draft(self, window: int, sampling: Sampling, seed: int, run_on: bool) -> Draft:
         backend = self.backend
-        sampler = TokenSampler(backend.llm.n_vocab(), sampling, seed)
+        sampler = TokenSampler(backend.llm.n_vocab(), sampling, seed, self.ids)
         rows: list[Logits] = []
 
         def sample(logits: Logits, _: list[int]) -> int:

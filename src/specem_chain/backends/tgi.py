@@ -148,6 +148,8 @@ class TGISession:
             parameters["temperature"] = sampling.temperature
             if sampling.top_p < 1.0:  # TGI accepts top_p in (0, 1) only
                 parameters["top_p"] = sampling.top_p
+        if sampling.repeat_penalty != 1.0:  # TGI's covers the whole context, not the latest
+            parameters["repetition_penalty"] = sampling.repeat_penalty
         if backend.end_of_turn:
             parameters["stop"] = [backend.end_of_turn]
         response = await backend.client.post(

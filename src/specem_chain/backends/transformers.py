@@ -19,11 +19,12 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 from transformers.generation import (
     LogitsProcessorList,
+    RepetitionPenaltyLogitsProcessor,
     TemperatureLogitsWarper,
     TopPLogitsWarper,
 )
 
-from ..engine.types import Draft, Message, Sampling, Score, Scoring, Segment, Tool
+from ..engine.types import REPEAT_LAST_N, Draft, Message, Sampling, Score, Scoring, Segment, Tool
 from ..errors import MemberSpecError
 from ..members import Member, model_files
 from .drafting import check_prompt, draft_tokens
@@ -179,20 +180,13 @@ class TransformersSession(LocalSession):
     @torch.inference_mode()
     def _draft(self, window: int, sampling: Sampling, seed: int, run_on: bool) -> Draft:
         assert self.next_logits is not None
-        generator = torch.Generator(self.backend.device).manual_seed(seed)
-        warpers = LogitsProcessorList()
-        if sampling.temperature > 0:
-            warpers.append(TemperatureLogitsWarper(sampling.temperature))
-            if sampling.top_p < 1.0:
-                warpers.append(TopPLogitsWarper(sampling.top_p))
+        sampler = TokenSampler(sampling, seed, self.ids, self.backend.device)
         prefix = self.cache.get_seq_length()
         try:
             tokens, finished, at_boundary = draft_tokens(
                 self.next_logits,
                 lambda tokens: self._forward(tokens[-1:])[-1],
-                lambda logits, tokens: _sample(
-                    logits, warpers, sampling.temperature, generator, tokens
-                ),
+                lambda logits, _: sampler(logits),
                 end_of_turn=self.backend.end_of_turn,
                 decode=self._decode,
                 window=window,
@@ -313,16 +307,35 @@ def inline_mask(
     return mask[None, None]
 
 
-def _sample(
-    logits: torch.Tensor,
-    warpers: LogitsProcessorList,
-    temperature: float,
-    generator: torch.Generator,
-    tokens: list[int],
-) -> int:
-    if temperature == 0:
-        return int(logits.argmax())
-    history = torch.tensor([tokens], dtype=torch.long, device=logits.device)
-    warped = warpers(history, logits[None])
-    probs = torch.softmax(warped, dim=-1)
-    return int(torch.multinomial(probs, 1, generator=generator))
+class TokenSampler:
+    """Samples tokens from logits as a draft does: the repetition penalty over the latest
+    tokens (``history`` and those sampled since), then temperature and top-p, seeded."""
+
+    def __init__(
+        self,
+        sampling: Sampling,
+        seed: int,
+        history: Sequence[int] = (),
+        device: torch.device | str = "cpu",
+    ) -> None:
+        self.greedy = sampling.temperature == 0
+        self.generator = torch.Generator(device).manual_seed(seed)
+        self.processors = LogitsProcessorList()
+        if sampling.repeat_penalty != 1.0:
+            self.processors.append(RepetitionPenaltyLogitsProcessor(sampling.repeat_penalty))
+        if not self.greedy:
+            self.processors.append(TemperatureLogitsWarper(sampling.temperature))
+            if sampling.top_p < 1.0:
+                self.processors.append(TopPLogitsWarper(sampling.top_p))
+        self.history = list(history[-REPEAT_LAST_N:])
+
+    def __call__(self, logits: torch.Tensor) -> int:
+        latest = torch.tensor([self.history[-REPEAT_LAST_N:]], dtype=torch.long)
+        processed = self.processors(latest.to(logits.device), logits[None])
+        if self.greedy:
+            token = int(processed.argmax())
+        else:
+            probs = torch.softmax(processed, dim=-1)
+            token = int(torch.multinomial(probs, 1, generator=self.generator))
+        self.history.append(token)
+        return token

@@ -24,6 +24,19 @@ class Sampling(BaseModel):
 
     temperature: float = Field(0.6, ge=0.0, description="0 means greedy decoding.")
     top_p: float = Field(0.9, gt=0.0, le=1.0)
+    repeat_penalty: float = Field(
+        1.0,
+        ge=1.0,
+        le=2.0,
+        description="CTRL's repetition penalty: the logit of every token among the last "
+        "REPEAT_LAST_N tokens of the context and draft is divided by it (multiplied when "
+        "negative) before sampling; 1 turns it off. Members in this process and on TGI.",
+    )
+
+
+REPEAT_LAST_N = 64
+"""How many of the latest tokens the repetition penalty looks back over (llama.cpp's
+default ``repeat_last_n``)."""
 
 
 @dataclass(frozen=True)

@@ -3,9 +3,10 @@
 ``specem serve-tgi MEMBER`` serves one member over HTTP, so a machine without TGI can still
 host a remote member. It implements what SpecEM needs of TGI's OpenAPI schema: ``GET
 /health``, ``GET /info``, ``POST /tokenize``, ``POST /chat_tokenize`` and ``POST /generate``
-(sampling with a seed, stop sequences, ``details`` and ``decoder_input_details``). Requests
-run one at a time. ``prefill_logprobs=False`` answers prefill log-probs with null, as TGI v3
-does when started without ``--enable-prefill-logprobs``.
+(sampling with a seed, the repetition penalty, stop sequences, ``details`` and
+``decoder_input_details``). Requests run one at a time. ``prefill_logprobs=False`` answers
+prefill log-probs with null, as TGI v3 does when started without
+``--enable-prefill-logprobs``.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 from transformers import DynamicCache
+from transformers.generation import RepetitionPenaltyLogitsProcessor
 
 from ..backends.transformers import TransformersBackend
 from ..members import Member
@@ -36,6 +38,7 @@ class Parameters(BaseModel):
     do_sample: bool = False
     temperature: float | None = Field(None, gt=0)
     top_p: float | None = Field(None, gt=0, lt=1)
+    repetition_penalty: float | None = Field(None, gt=0)
     max_new_tokens: int | None = Field(None, ge=0)
     seed: int | None = Field(None, gt=0)
     stop: list[str] = Field(default_factory=list, max_length=4)
@@ -192,7 +195,7 @@ class Generator:
         tokens: list[dict[str, Any]] = []
         for _ in range(max_new):
             logprobs = torch.log_softmax(logits, dim=-1)
-            token = _choose(logits, p, generator)
+            token = _choose(logits, p, generator, ids + [t["id"] for t in tokens])
             tokens.append(
                 {**self._token(token, logprobs[token].item()), "special": token in self.special}
             )
@@ -220,8 +223,15 @@ class Generator:
         return text, finish
 
 
-def _choose(logits: torch.Tensor, p: Parameters, generator: torch.Generator) -> int:
-    """The next token: greedy, or sampled with temperature and top-p."""
+def _choose(
+    logits: torch.Tensor, p: Parameters, generator: torch.Generator, sequence: list[int]
+) -> int:
+    """The next token after ``sequence`` (the input and the tokens generated so far): the
+    repetition penalty over the whole sequence, as TGI applies it, then greedy, or sampled
+    with temperature and top-p."""
+    if p.repetition_penalty is not None:
+        penalty = RepetitionPenaltyLogitsProcessor(p.repetition_penalty)
+        logits = penalty(torch.tensor([sequence]), logits[None])[0]
     if not p.do_sample:
         return int(logits.argmax())
     scaled = logits / (p.temperature or 1.0)

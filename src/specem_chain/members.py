@@ -115,12 +115,6 @@ class Member(BaseModel):
                 )
         elif self.model or self.tokenizer or self.chat_template:
             raise ValueError("model, tokenizer and chat_template apply to openai members only")
-        if self.kind == "openai" and self.sampling.repeat_penalty != 1.0:
-            raise ValueError(
-                "repeat_penalty applies to members in this process and on TGI; the "
-                "OpenAI completions API has none (its frequency and presence penalties are "
-                "other rules)"
-            )
         if self.batching and (self.remote or self.backend == "transformers"):
             where = f"a {self.kind} member" if self.remote else "backend='transformers'"
             raise ValueError(f"batching applies to members on llama.cpp, not to {where}")

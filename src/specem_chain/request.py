@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from types import TracebackType
 from typing import Any, TypeVar
 
-from pydantic import ConfigDict, Field, ValidationError
+from pydantic import ConfigDict, Field
 
 from .answer_formats import request_format, tool_names, with_instruction
 from .backends import backend, open_session
@@ -50,8 +50,8 @@ class RequestSettings(EngineSettings):
         None,
         ge=1.0,
         le=2.0,
-        description="Every member's repetition penalty in drafting (1: none; members in "
-        "this process and on TGI); unset keeps each own.",
+        description="Every member's repetition penalty in drafting (1: none); unset keeps "
+        "each own.",
     )
     answer_timeout: float | None = Field(
         None,
@@ -69,7 +69,7 @@ class RequestSettings(EngineSettings):
 
     def tuned(self, members: Sequence[Member]) -> list[Member]:
         """The members, with the sampling settings set here (:attr:`temperature`,
-        :attr:`repeat_penalty`) as every one's; a member that cannot take one fails."""
+        :attr:`repeat_penalty`) as every one's."""
         overrides = {
             name: value
             for name in Sampling.model_fields
@@ -77,15 +77,10 @@ class RequestSettings(EngineSettings):
         }
         if not overrides:
             return list(members)
-        return [_tuned(m, overrides) for m in members]
-
-
-def _tuned(member: Member, overrides: dict[str, Any]) -> Member:
-    try:
-        return Member(**{**dict(member), "sampling": member.sampling.model_copy(update=overrides)})
-    except ValidationError as error:
-        why = "; ".join(e["msg"].removeprefix("Value error, ") for e in error.errors())
-        raise RequestError(f"member {member.label!r}: {why}") from None
+        return [
+            m.model_copy(update={"sampling": m.sampling.model_copy(update=overrides)})
+            for m in members
+        ]
 
 
 @dataclass

@@ -51,6 +51,23 @@ async def test_a_tgi_draft_is_penalised_as_an_in_process_one(tgi_url):
     await local.aclose()
 
 
+async def test_an_openai_style_draft_is_penalised_as_the_member_says(llama_url, smollm2_folder):
+    """llama-cpp-python's server drafts with the member's penalty, not its own default (1.1):
+    without one, greedy, as llama.cpp in this process does; with one, over the tokens it
+    drafted (that server's penalty does not read the prompt, unlike ours)."""
+    question = [{"role": "user", "content": "Repeat exactly: banana banana banana banana"}]
+    local = await loaded(Member(source="smollm2", backend="llamacpp")).open(question)
+    member = Member.openai_completions(llama_url, tokenizer=str(smollm2_folder))
+    remote = await OpenAICompletionsBackend(member).open(question)
+    plain = Sampling(temperature=0.0)
+    drafts = [await s.draft(8, plain, seed=0) for s in (local, remote)]
+    assert drafts[0].text == drafts[1].text
+    assert drafts[1].text.count("banana") == 2
+    penalised = await remote.draft(8, Sampling(temperature=0.0, repeat_penalty=2.0), seed=0)
+    assert penalised.text.count("banana") == 1
+    await local.aclose()
+
+
 async def test_an_openai_style_session_reads_the_same_context_as_llamacpp(
     llama_url, smollm2_folder
 ):

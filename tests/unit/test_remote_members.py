@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 from specem_chain import Member, SpecEMChatModel
 from specem_chain.backends.http import RemoteClient
-from specem_chain.errors import EnsembleError, RequestError
+from specem_chain.errors import EnsembleError
 
 
 def test_spec_strings_name_the_kind_the_url_and_the_model() -> None:
@@ -73,15 +73,3 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-async def test_openai_members_refuse_a_repetition_penalty_before_any_member_runs() -> None:
-    with pytest.raises(ValidationError, match="the OpenAI completions API has none"):
-        Member.openai_completions("http://h:1/v1", sampling={"repeat_penalty": 1.1})
-    port = free_port()  # nothing listens: a request that reached a member would say so
-    llm = SpecEMChatModel(
-        members=[f"tgi+http://127.0.0.1:{port}", f"openai+http://127.0.0.1:{port}/v1#m"],
-        repeat_penalty=1.1,
-    )
-    with pytest.raises(RequestError, match="member 'm': repeat_penalty applies to members"):
-        await llm.ainvoke("Hi")

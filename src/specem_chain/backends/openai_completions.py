@@ -4,7 +4,9 @@ A session keeps the member's context as text (the rendered conversation plus the
 segments), which every such server accepts.
 
 - Drafting is a completion of the context with ``max_tokens=window``; ``finish_reason``
-  ``"stop"`` means the member ended its turn.
+  ``"stop"`` means the member ended its turn. The repetition penalty goes under both
+  servers' names (each ignores the other's): vLLM's reads the whole context,
+  llama-cpp-python's only the tokens it drafts.
 - Scoring is a completion of context + candidate with ``echo``, ``logprobs`` and one new
   token. The echoed prompt tokens come with their log-probs; the candidate's are those after
   the echoed tokens' common start with the context's own (echoed when it was accepted), so
@@ -179,6 +181,9 @@ class OpenAICompletionsSession:
             max_tokens=window,
             temperature=sampling.temperature,
             top_p=sampling.top_p,
+            # llama-cpp-python's name (its default is 1.1, not none) and vLLM's.
+            repeat_penalty=sampling.repeat_penalty,
+            repetition_penalty=sampling.repeat_penalty,
             seed=seed % 2**32,
             stop=list(self.backend.template.stop),
         )

@@ -30,7 +30,7 @@ class Sampling(BaseModel):
         le=2.0,
         description="CTRL's repetition penalty: the logit of every token among the last "
         "REPEAT_LAST_N tokens of the context and draft is divided by it (multiplied when "
-        "negative) before sampling; 1 turns it off. Members in this process and on TGI.",
+        "negative) before sampling; 1 turns it off. Servers apply their own: Guides -> Tuning.",
     )
 
 

@@ -28,6 +28,13 @@ def load(spec: str) -> tuple[str, str, summary.Comparison | None]:
     label, _, folders = spec.partition("=")
     runs = [read_run(Path(folder)) for folder in folders.split("+")]
     manifest = runs[0][0]
+    recipes: dict[str, object] = {}
+    for (other, _), folder in zip(runs, folders.split("+")):
+        if _shared(other) != _shared(manifest):
+            raise SystemExit(f"{label}: {folder} was run with other settings than the first")
+        for system, recipe in other.get("systems", {}).items():
+            if recipes.setdefault(system, recipe) != recipe:
+                raise SystemExit(f"{label}: {system} means other settings in {folder}")
     task = TASKS[manifest["task"]]
     scores: summary.Scores = {}
     for _, store in runs:
@@ -37,6 +44,12 @@ def load(spec: str) -> tuple[str, str, summary.Comparison | None]:
     result = summary.summarise(task, scores)
     comparison = summary.compare_with_best_member(task, scores, result, members)
     return label, task.metrics[0], comparison
+
+
+def _shared(manifest: dict) -> dict:
+    """What the pooled folders must share: all but the systems and the order they ran in
+    (seeds are per example, so the order does not change a member's answer)."""
+    return {k: v for k, v in manifest.items() if k not in ("systems", "order")}
 
 
 def main() -> None:

@@ -100,10 +100,57 @@ def test_baselines_get_the_solo_answers_which_run_first_once(tmp_path):
 
 
 def test_the_manifest_guards_against_mixing_settings(tmp_path):
-    open_store(tmp_path, {"task": "gsm8k", "seed": 0})
-    assert open_store(tmp_path, {"task": "gsm8k", "seed": 0}).records == {}
+    open_store(tmp_path, {"task": "gsm8k", "seed": 0}, {})
+    assert open_store(tmp_path, {"task": "gsm8k", "seed": 0}, {}).records == {}
     with pytest.raises(ResumeError, match="seed differ"):
-        open_store(tmp_path, {"task": "gsm8k", "seed": 1})
+        open_store(tmp_path, {"task": "gsm8k", "seed": 1}, {})
+
+
+def test_a_system_resumes_only_with_the_recipe_its_answers_were_made_with(tmp_path):
+    manifest = {"task": "gsm8k", "seed": 0}
+    store = open_store(tmp_path, manifest, {"specem": {"policy": "paper"}})
+    store.add({"system": "specem", "id": "0", "text": "x", "metrics": {}})
+    # same recipe: resumes; a new system adds its own recipe beside it
+    open_store(tmp_path, manifest, {"specem": {"policy": "paper"}, "rank": {}})
+    saved = json.loads((tmp_path / "run.json").read_text())
+    assert saved == {**manifest, "systems": {"specem": {"policy": "paper"}, "rank": {}}}
+    # a default that changed under the same name is refused, and run.json is untouched
+    with pytest.raises(ResumeError, match=r"answers of specem made with other settings \(policy"):
+        open_store(tmp_path, manifest, {"specem": {"policy": "pool"}})
+    assert json.loads((tmp_path / "run.json").read_text()) == saved
+    # a system not named now keeps its recipe
+    open_store(tmp_path, manifest, {"rank": {}})
+    assert json.loads((tmp_path / "run.json").read_text()) == saved
+
+
+def test_answers_without_a_recorded_recipe_are_not_resumed(tmp_path):
+    (tmp_path / "run.json").write_text(json.dumps({"task": "gsm8k"}))  # made before recipes
+    ResultStore(tmp_path / "results.jsonl").add(
+        {"system": "specem", "id": "0", "text": "x", "metrics": {}}
+    )
+    with pytest.raises(ResumeError, match="not the settings they were made with"):
+        open_store(tmp_path, {"task": "gsm8k"}, {"specem": {"policy": "pool"}})
+    open_store(tmp_path, {"task": "gsm8k"}, {"rank": {}})  # a system with no answers starts
+
+
+def test_recipes_name_what_changes_an_answer():
+    a, b = Member(source="a.gguf"), Member(source="b.gguf")
+    settings = Settings()
+    pair = Ensemble("specem[policy=pool]", [a, b], settings, policy="pool")
+    assert pair.recipe["policy"] == "pool" and pair.recipe["feedback"] is False
+    assert set(pair.recipe["sampling"]) == {a.label, b.label}
+    assert "seed" not in pair.recipe and "window" not in pair.recipe
+    tuned = Ensemble("t", [a, b], settings, repeat_penalty=1.3)
+    assert {s["repeat_penalty"] for s in tuned.recipe["sampling"].values()} == {1.3}
+    # a member alone: the loop's rules between members do not change its answer
+    alone, other = Ensemble("member:a", [a], settings), Ensemble("x", [a], settings, policy="peer")
+    assert (
+        alone.recipe
+        == other.recipe
+        == {"sampling": {a.label: a.sampling.model_dump()}, "run_on": False}
+    )
+    assert Ensemble("x", [a], settings, run_on=True).recipe["run_on"] is True
+    assert MBR().recipe == Vote(TASK).recipe == {}
 
 
 def solos(*texts: str) -> dict[str, Output]:

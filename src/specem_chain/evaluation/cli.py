@@ -116,7 +116,7 @@ def eval_command(
         }
         if order != "stored":
             manifest["order"] = order
-        store = run.open_store(out_dir, manifest)
+        store = run.open_store(out_dir, manifest, {s.name: s.recipe for s in [*solo, *chosen]})
     except (SpecEMError, ValueError) as error:  # pydantic's ValidationError too
         raise _fail(str(error)) from None
 

@@ -11,7 +11,7 @@ import json
 import os
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -102,21 +102,45 @@ def ordered(examples: Sequence[tasks.Example], order: str) -> list[tasks.Example
     raise ValueError(f"--order must be 'stored' or 'shuffle:N' (N a number), not {order!r}")
 
 
-def open_store(out: Path, manifest: dict[str, Any]) -> ResultStore:
-    """The store in ``out``, checking that earlier results were made with ``manifest``."""
+def open_store(
+    out: Path, manifest: dict[str, Any], recipes: Mapping[str, Mapping[str, Any]]
+) -> ResultStore:
+    """The store in ``out``, checking that earlier results were made with ``manifest`` and
+    that each system's stored answers were made with its recipe (``recipes``, by name:
+    :attr:`~specem_chain.evaluation.systems.System.recipe`). The manifest keeps every
+    system's recipe under ``"systems"``; a system new to the folder adds its own."""
     out.mkdir(parents=True, exist_ok=True)
     path = out / MANIFEST
-    if path.exists():
-        before = json.loads(path.read_text(encoding="utf-8"))
-        if before != manifest:
-            changed = sorted(k for k in {*before, *manifest} if before.get(k) != manifest.get(k))
+    store = ResultStore(out / RESULTS)
+    before = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    known: dict[str, Any] = before.pop("systems", {})
+    if before and before != manifest:
+        raise ResumeError(
+            f"{out} holds results made with other settings ({_differ(before, manifest)} "
+            "differ); choose another --out or delete it"
+        )
+    answered = {system for system, _ in store.records}
+    recipes = json.loads(json.dumps(recipes))  # as run.json will hold them
+    for name, recipe in recipes.items():
+        if name in known and known[name] != recipe:
             raise ResumeError(
-                f"{out} holds results made with other settings ({', '.join(changed)} "
-                "differ); choose another --out or delete it"
+                f"{out} holds answers of {name} made with other settings "
+                f"({_differ(known[name], recipe)} differ; a default may have changed since); "
+                "name the settings they were made with, choose another --out or delete it"
             )
-    else:
-        path.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
-    return ResultStore(out / RESULTS)
+        if name not in known and name in answered:
+            raise ResumeError(
+                f"{out} holds answers of {name} but not the settings they were made with "
+                f"(its {MANIFEST} has no systems.{name}); choose another --out or delete it"
+            )
+    merged = {**manifest, "systems": {**known, **recipes}}
+    if merged != {**before, "systems": known}:
+        path.write_text(json.dumps(merged, indent=2) + "\n", encoding="utf-8")
+    return store
+
+
+def _differ(before: Mapping[str, Any], now: Mapping[str, Any]) -> str:
+    return ", ".join(sorted(k for k in {*before, *now} if before.get(k) != now.get(k)))
 
 
 def read_run(folder: Path) -> tuple[dict[str, Any], ResultStore]:

@@ -59,11 +59,25 @@ class System(Protocol):
     name: str
     needs_solos: bool
 
+    @property
+    def recipe(self) -> dict[str, Any]:
+        """What its answers depend on beyond the run's shared settings (members, seed,
+        window, answer length): stored in ``run.json`` so that a resumed run never mixes
+        answers made two ways, even after a default changed."""
+        ...
+
     async def answer(self, example: Example, solos: Solos) -> Output: ...
 
 
 def member_system_name(member: Member) -> str:
     return f"member:{member.label}"
+
+
+SHARED = frozenset({"seed", "max_tokens", "window", "stop"})
+"""Loop settings every system of a run shares (``run.json`` has them), or sets per example."""
+ALONE = frozenset({"run_on"})
+"""The loop settings that change a member's answer alone: every round accepts its draft, so
+only how it drafts matters."""
 
 
 class Ensemble:
@@ -87,6 +101,14 @@ class Ensemble:
             max_tokens=settings.max_tokens, window=settings.window, **overrides
         )
         self.feedback = Feedback() if feedback else None
+
+    @property
+    def recipe(self) -> dict[str, Any]:
+        sampling = {m.label: m.sampling.model_dump() for m in self.request.tuned(self.members)}
+        loop = self.request.engine_config().model_dump(exclude=SHARED)
+        if len(self.members) == 1:
+            return {"sampling": sampling, **{k: loop[k] for k in sorted(ALONE)}}
+        return {"sampling": sampling, **loop, "feedback": self.feedback is not None}
 
     def resume(self, last: Mapping[str, Any] | None) -> None:
         """Take the task's weights back from this system's last stored answer."""
@@ -112,12 +134,22 @@ class Ensemble:
         return Output(answer.text, answer.finish_reason != "length", details)
 
 
-class Rank:
+class Baseline:
+    """A system that picks one of the members' solo answers: it depends on nothing but
+    them, and they are stored with their own recipes."""
+
+    needs_solos = True
+
+    @property
+    def recipe(self) -> dict[str, Any]:
+        return {}
+
+
+class Rank(Baseline):
     """Generate-then-rank: the solo answer with the highest mean log-prob, averaged over
     every member's own scoring of it (PairRank-style, with no trained ranker)."""
 
     name = "rank"
-    needs_solos = True
 
     def __init__(self, members: Sequence[Member]) -> None:
         self.members = list(members)
@@ -142,11 +174,10 @@ async def _score(
     return [s.mean for s in scores]
 
 
-class MBR:
+class MBR(Baseline):
     """Minimum Bayes risk: the solo answer with the highest mean ROUGE-L to the others."""
 
     name = "mbr"
-    needs_solos = True
 
     async def answer(self, example: Example, solos: Solos) -> Output:
         texts = [o.text for o in solos.values()]
@@ -158,12 +189,11 @@ class MBR:
         return _pick(solos, means)
 
 
-class Vote:
+class Vote(Baseline):
     """Majority vote over the members' final answers (gsm8k: the final number). A tie goes
     to the number of the earliest member; an answer without a number gets no vote."""
 
     name = "vote"
-    needs_solos = True
 
     def __init__(self, task: Task) -> None:
         self.task = task

@@ -3,6 +3,8 @@ with the run's best member exactly as specem eval's own summary pairs them."""
 
 from __future__ import annotations
 
+import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -28,3 +30,20 @@ def test_the_forest_plot_pairs_every_system_with_its_runs_best_member(tmp_path):
     gated = rows[-1].split(" | ")
     assert gated[4] == "200" and gated[5] == "19 / 19"  # the pooled folders: 200 shared ids
     assert all("member:" not in row for row in rows)  # members are the yardstick, not rows
+
+
+def test_folders_pooled_under_one_label_must_agree(tmp_path):
+    copy = tmp_path / "gsm8k-2-b"
+    shutil.copytree(DEV / "gsm8k-2-b", copy)
+    manifest = json.loads((copy / "run.json").read_text())
+    (recipe,) = manifest["systems"].values()
+    recipe["gate"] = 0.25  # the same name, another recipe: not the same system
+    (copy / "run.json").write_text(json.dumps(manifest))
+    pooled = f"gsm8k={DEV / 'gsm8k-2-b'}+{copy}"
+    args = [sys.executable, str(ROOT / "benchmarks/forest.py"), "--out", str(tmp_path / "f")]
+    failed = subprocess.run([*args, pooled], capture_output=True, text=True)
+    assert failed.returncode != 0 and "means other settings" in failed.stderr
+    manifest["max_tokens"] = 256  # answers cut elsewhere: not pooled either
+    (copy / "run.json").write_text(json.dumps(manifest))
+    failed = subprocess.run([*args, pooled], capture_output=True, text=True)
+    assert failed.returncode != 0 and "other settings than the first" in failed.stderr

@@ -58,6 +58,23 @@ def test_eval_runs_end_to_end_and_resumes(tiny_models, tmp_path):
     assert other_seed.exit_code == 2
     assert "seed differ" in other_seed.output
 
+    # The members' sampling is in each system's recipe: another penalty is another recipe.
+    recipe = json.loads((out / "run.json").read_text())["systems"]["member:llama"]
+    assert recipe["sampling"]["llama"]["repeat_penalty"] == 1.1  # the default
+    unpenalised = runner.invoke(app, [*args, "--repeat-penalty", "1"])
+    assert unpenalised.exit_code == 2
+    assert "answers of member:llama made with other settings (sampling" in unpenalised.output
+    fresh = runner.invoke(app, [*args, "--repeat-penalty", "1", "--out", str(tmp_path / "rp1")])
+    assert fresh.exit_code == 0, fresh.output
+    recipes = json.loads((tmp_path / "rp1" / "run.json").read_text())["systems"]
+    assert {
+        r["sampling"][m]["repeat_penalty"]
+        for r in (recipes["member:llama"], recipes["member:qwen2"])
+        for m in r["sampling"]
+    } == {1.0}
+    wrong = runner.invoke(app, [*args, "--repeat-penalty", "0.5"])
+    assert wrong.exit_code == 2 and "repeat_penalty" in wrong.output
+
 
 def test_eval_rejects_an_unknown_system(tiny_models, tmp_path):
     data = tmp_path / "r.jsonl"

@@ -26,7 +26,7 @@ def recorded(tiny_models, tmp_path_factory):
     """A run of three tiny members under two policies, rounds recorded."""
     folder = tmp_path_factory.mktemp("run")
     members = [Member(source=str(tiny_models[n])) for n in ("llama", "qwen2", "plain")]
-    names = ["specem", "specem[policy=pool,learning_rate=3]"]
+    names = ["specem-paper", "specem[learning_rate=3]"]
     systems = build_systems(names, members, TASK, Settings(seed=1, max_tokens=24, window=4))
     store = ResultStore(folder / "results.jsonl")
     asyncio.run(run(TASK, EXAMPLES, systems, [], store, Console(file=io.StringIO())))
@@ -35,7 +35,7 @@ def recorded(tiny_models, tmp_path_factory):
 
 @pytest.mark.parametrize(
     ("system", "policy"),
-    [("specem", "paper"), ("specem[policy=pool,learning_rate=3]", "pool")],
+    [("specem-paper", "paper"), ("specem[learning_rate=3]", "pool")],
 )
 def test_the_recorded_policy_reproduces_every_choice_and_weight(recorded, system, policy):
     answers = replay.load(recorded, system)
@@ -49,7 +49,7 @@ def test_the_recorded_policy_reproduces_every_choice_and_weight(recorded, system
 
 
 def test_another_policy_is_scored_on_the_same_rounds(recorded):
-    answers = replay.load(recorded, "specem")
+    answers = replay.load(recorded, "specem-paper")
     other = replay.replay(answers, EngineConfig(policy="peer").round_policy())
     assert other.rounds == replay.replay(answers, EngineConfig().round_policy()).rounds
     assert sum(other.picks.values()) == other.rounds
@@ -58,7 +58,17 @@ def test_another_policy_is_scored_on_the_same_rounds(recorded):
 
 def test_the_replay_command_prints_a_row_per_policy(recorded):
     result = CliRunner().invoke(
-        app, ["replay", str(recorded), "--policy", "paper", "--policy", "pool"]
+        app,
+        [
+            "replay",
+            str(recorded),
+            "--system",
+            "specem-paper",
+            "--policy",
+            "paper",
+            "--policy",
+            "pool",
+        ],
     )
     assert result.exit_code == 0, result.output
     rows = [line for line in result.output.splitlines() if line.startswith("| p")]

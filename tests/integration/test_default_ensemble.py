@@ -40,13 +40,16 @@ async def test_inline_scores_equal_separate_scores_on_the_real_members(name):
     assert max(abs(a - b) for a, b in zip(inline, separate)) <= 1e-4
 
 
-def test_the_default_ensemble_answers_with_segments_from_both_families():
+def test_the_default_ensemble_answers_with_both_families_drafting_and_verifying():
     result = CliRunner().invoke(app, ["chat", NATALIA, "--json", "--seed", "0"])
     assert result.exit_code == 0, result.output
     answer = json.loads(result.stdout)
     assert answer["text"].strip()
     assert answer["members"] == list(DEFAULT_MEMBERS)
-    assert {s["member"] for s in answer["segments"]} == set(DEFAULT_MEMBERS)
+    assert "".join(s["text"] for s in answer["segments"]) == answer["text"]
+    for segment in answer["segments"]:  # who wins is the policy's business; all take part
+        assert [c["member"] for c in segment["candidates"]] == list(DEFAULT_MEMBERS)
+        assert segment["verifiers"] == list(DEFAULT_MEMBERS)
     assert answer["finish_reason"] in ("end_of_turn", "length")
 
 

@@ -153,7 +153,7 @@ def test_identifying_params_tell_configurations_apart(trio):
     base = SpecEMChatModel(members=trio)
     others = [
         SpecEMChatModel(members=trio, window=5),
-        SpecEMChatModel(members=trio, scoring="mean_logit"),
+        SpecEMChatModel(members=trio, policy="paper"),
         SpecEMChatModel(members=trio[:2]),
     ]
     assert all(o._identifying_params != base._identifying_params for o in others)

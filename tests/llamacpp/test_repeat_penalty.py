@@ -31,7 +31,7 @@ GREEDY = Sampling(temperature=0.0, repeat_penalty=1.1)
 def test_a_repeated_token_s_logit_is_divided_or_multiplied_by_the_penalty(sampler):
     assert sampler(GREEDY, [])(LOGITS) == 0
     assert sampler(GREEDY, [0])(LOGITS) == 1  # 3.0 / 1.1 < 2.9
-    assert sampler(Sampling(temperature=0.0), [0])(LOGITS) == 0  # 1.0: no penalty
+    assert sampler(Sampling(temperature=0.0, repeat_penalty=1.0), [0])(LOGITS) == 0  # none
     negative = [-1.0, -1.05, -3.0]
     assert sampler(GREEDY, [0])(negative + [-9.0] * 3) == 1  # -1.0 * 1.1 < -1.05
 
@@ -51,7 +51,7 @@ async def test_a_draft_is_penalised_for_the_tokens_of_its_context(backend):
     member = loaded(Member(source="smollm2", backend=backend))
     prompt = "Repeat exactly: banana banana banana banana"
     session = await member.open([{"role": "user", "content": prompt}])
-    plain = await session.draft(8, Sampling(temperature=0.0), seed=0)
+    plain = await session.draft(8, Sampling(temperature=0.0, repeat_penalty=1.0), seed=0)
     penalised = await session.draft(8, Sampling(temperature=0.0, repeat_penalty=2.0), seed=0)
     await session.aclose()
     assert plain.text.count("banana") == 2

@@ -191,6 +191,8 @@ async def test_the_wrong_kind_of_server_gets_a_clear_error(llama_url, tgi_url):
 
 
 async def test_remote_members_refuse_logit_scoring(tgi_url):
-    llm = SpecEMChatModel(members=[Member.tgi(tgi_url), "smollm2"], scoring="mean_logit")
+    llm = SpecEMChatModel(
+        members=[Member.tgi(tgi_url), "smollm2"], policy="paper", scoring="mean_logit"
+    )
     with pytest.raises(RequestError, match="use scoring='mean_logprob'"):
         await llm.ainvoke("Hi")

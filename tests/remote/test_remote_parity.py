@@ -59,7 +59,7 @@ async def test_an_openai_style_draft_is_penalised_as_the_member_says(llama_url, 
     local = await loaded(Member(source="smollm2", backend="llamacpp")).open(question)
     member = Member.openai_completions(llama_url, tokenizer=str(smollm2_folder))
     remote = await OpenAICompletionsBackend(member).open(question)
-    plain = Sampling(temperature=0.0)
+    plain = Sampling(temperature=0.0, repeat_penalty=1.0)
     drafts = [await s.draft(8, plain, seed=0) for s in (local, remote)]
     assert drafts[0].text == drafts[1].text
     assert drafts[1].text.count("banana") == 2

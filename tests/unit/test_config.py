@@ -88,13 +88,19 @@ def test_stop_list_becomes_a_tuple():
 @given(
     st.integers(1, 512),
     st.floats(0.0, 100.0),
-    st.sampled_from(["mean_logprob", "mean_logit"]),
+    st.sampled_from([("pool", "mean_logprob"), ("paper", "mean_logprob"), ("paper", "mean_logit")]),
     st.booleans(),
     st.lists(st.text(min_size=1, max_size=5), max_size=3),
 )
-def test_valid_settings_round_trip(window, lr, scoring, fast_finish, stop):
+def test_valid_settings_round_trip(window, lr, rule, fast_finish, stop):
+    policy, scoring = rule
     config = EngineConfig(
-        window=window, learning_rate=lr, scoring=scoring, fast_finish=fast_finish, stop=stop
+        window=window,
+        learning_rate=lr,
+        policy=policy,
+        scoring=scoring,
+        fast_finish=fast_finish,
+        stop=stop,
     )
     assert (config.window, config.learning_rate, config.scoring) == (window, lr, scoring)
     assert config.fast_finish is fast_finish

@@ -26,10 +26,10 @@ class EngineSettings(BaseModel):
     window: int = Field(10, ge=1, le=512, description="Tokens each member drafts per round.")
     max_tokens: int = Field(256, ge=1, description="Answer length limit, in accepted tokens.")
     policy: PolicyName = Field(
-        "paper",
-        description='How a round\'s winner is chosen and the weights move: "paper" (the '
-        'paper\'s rules), "pool" (per-byte log-probs pooled by weight) or "peer" (no '
-        "member judges its own draft); see Concepts -> Policies.",
+        "pool",
+        description='How a round\'s winner is chosen and the weights move: "pool" (per-byte '
+        'log-probs pooled by weight), "paper" (the paper\'s rules) or "peer" (no member '
+        "judges its own draft); see Concepts -> Policies.",
     )
     learning_rate: float = Field(
         1.0, ge=0.0, le=100.0, description="Hedge step size; 0 turns online feedback off."
@@ -77,7 +77,7 @@ class EngineSettings(BaseModel):
         if self.policy != "paper" and self.scoring != "mean_logprob":
             raise ValueError(
                 f"policy={self.policy!r} compares log-probs per byte; it needs "
-                f"scoring='mean_logprob', not {self.scoring!r}"
+                f"scoring='mean_logprob', not {self.scoring!r} (which only policy='paper' takes)"
             )
         return self
 

@@ -25,7 +25,7 @@ class Sampling(BaseModel):
     temperature: float = Field(0.6, ge=0.0, description="0 means greedy decoding.")
     top_p: float = Field(0.9, gt=0.0, le=1.0)
     repeat_penalty: float = Field(
-        1.0,
+        1.1,
         ge=1.0,
         le=2.0,
         description="CTRL's repetition penalty: the logit of every token among the last "

@@ -51,8 +51,8 @@ def eval_command(
         str | None,
         typer.Option(
             help="Comma-separated systems: member:<name>, specem, specem-no-feedback, "
-            "specem-logit, rank, mbr, vote (gsm8k), or a variant with its settings in "
-            "brackets: 'specem[policy=pool,gate=0.5,feedback=task]'. Default: all."
+            "specem-paper, specem-logit, rank, mbr, vote (gsm8k), or a variant with its "
+            "settings in brackets: 'specem[gate=0.5,feedback=task]'. Default: all."
         ),
     ] = None,
     out_dir: Annotated[
@@ -77,10 +77,19 @@ def eval_command(
             "example keeps its own sampling seed."
         ),
     ] = "stored",
+    repeat_penalty: Annotated[
+        float | None,
+        typer.Option(
+            help="Every member's repetition penalty in drafting, in every system (a variant "
+            "may still set its own). Default: each member's own (1.1); 1 reproduces runs "
+            "made before it was the default."
+        ),
+    ] = None,
 ) -> None:
     """Compare the ensemble with its members and baselines on a task; resumable."""
     try:
         from ..errors import SpecEMError
+        from ..request import RequestSettings
         from . import run, summary
         from .systems import (
             Settings,
@@ -98,7 +107,9 @@ def eval_command(
     evaluation = TASKS[task.value]
     out_dir = out_dir or Path("eval") / task.value
     try:
-        ensemble = _ensemble(_split(members) or list(DEFAULT_MEMBERS), backend)
+        ensemble = RequestSettings(repeat_penalty=repeat_penalty).tuned(
+            _ensemble(_split(members) or list(DEFAULT_MEMBERS), backend)
+        )
         examples = run.ordered(evaluation.load(data, limit), order)
         settings = Settings(seed=seed, max_tokens=max_tokens, window=window)
         names = split_names(systems or "") or system_names(ensemble, evaluation)

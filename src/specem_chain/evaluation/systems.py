@@ -22,10 +22,13 @@ from ..models import resolve
 from ..request import RequestSettings, open_request
 from .tasks import Example, Task, rouge
 
+PAPER = {"policy": "paper", "repeat_penalty": 1.0}
+"""The paper's method as published: its rules, and drafts sampled with no penalty."""
 SPECEM_VARIANTS: dict[str, dict[str, Any]] = {
     "specem": {},
     "specem-no-feedback": {"learning_rate": 0.0},
-    "specem-logit": {"scoring": "mean_logit"},
+    "specem-paper": PAPER,
+    "specem-logit": {**PAPER, "scoring": "mean_logit"},  # the reference code's rule
 }
 BASELINES = ("rank", "mbr", "vote")
 

@@ -18,6 +18,7 @@ from specem_chain.evaluation.systems import (
     Solos,
     Vote,
     build_systems,
+    recipes,
     split_names,
     variant,
 )
@@ -236,3 +237,12 @@ def test_task_feedback_carries_over_examples_and_resumes_from_the_store(tmp_path
     last = partial.get(name, "2")
     assert last["details"]["start_weights"] == records[2]["details"]["start_weights"]
     assert last["text"] == records[2]["text"]
+
+
+def test_run_json_records_the_members_alone_only_when_they_answer():
+    a, b = Member(source="a.gguf"), Member(source="b.gguf")
+    solo = build_systems(["member:a", "member:b"], [a, b], TASK, Settings())
+    pair = build_systems(["specem"], [a, b], TASK, Settings())
+    assert list(recipes(pair, solo)) == ["specem"]
+    with_vote = build_systems(["specem", "vote"], [a, b], TASK, Settings())
+    assert list(recipes(with_vote, solo)) == ["member:a", "member:b", "specem", "vote"]

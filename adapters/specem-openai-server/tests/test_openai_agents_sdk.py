@@ -10,6 +10,7 @@ import json
 import pytest
 from agents import Agent, ModelSettings, Runner, ToolCallItem
 from openai_server_harness import serve
+from specem_chain import RequestSettings
 from specem_chain.models import DEFAULT_MEMBERS
 
 
@@ -50,7 +51,8 @@ def test_an_agent_calls_a_function_tool_and_another_answers_from_its_result():
     call a tool by themselves."""
     from openai_agents import weather_report
 
-    with serve(DEFAULT_MEMBERS) as base:
+    # the writer copies the report's numbers: no repetition penalty (Guides -> Tuning)
+    with serve(DEFAULT_MEMBERS, RequestSettings(repeat_penalty=1.0)) as base:
         called, answer = weather_report(f"{base}/v1", "What is the weather like in Lisbon?")
     calls = [item.raw_item for item in called.new_items if isinstance(item, ToolCallItem)]
     assert [call.name for call in calls] == ["get_weather"]

@@ -194,7 +194,8 @@ def test_langchain_chat_openai_uses_the_ensemble(tiny_server):
 
 @pytest.mark.models
 def test_the_default_ensemble_answers_through_the_server():
-    with serve(DEFAULT_MEMBERS) as base:
+    # an answer that repeats the prompt's words: no repetition penalty (Guides -> Tuning)
+    with serve(DEFAULT_MEMBERS, RequestSettings(repeat_penalty=1.0)) as base:
         client = openai.OpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0)
         completion = client.chat.completions.create(
             model="specem",

@@ -89,12 +89,12 @@ def eval_command(
     """Compare the ensemble with its members and baselines on a task; resumable."""
     try:
         from ..errors import SpecEMError
-        from ..request import RequestSettings
         from . import run, summary
         from .systems import (
             Settings,
             build_systems,
             member_system_name,
+            recipes,
             split_names,
             system_names,
         )
@@ -107,9 +107,7 @@ def eval_command(
     evaluation = TASKS[task.value]
     out_dir = out_dir or Path("eval") / task.value
     try:
-        ensemble = RequestSettings(repeat_penalty=repeat_penalty).tuned(
-            _ensemble(_split(members) or list(DEFAULT_MEMBERS), backend)
-        )
+        ensemble = _ensemble(_split(members) or list(DEFAULT_MEMBERS), backend, repeat_penalty)
         examples = run.ordered(evaluation.load(data, limit), order)
         settings = Settings(seed=seed, max_tokens=max_tokens, window=window)
         names = split_names(systems or "") or system_names(ensemble, evaluation)
@@ -127,7 +125,7 @@ def eval_command(
         }
         if order != "stored":
             manifest["order"] = order
-        store = run.open_store(out_dir, manifest, {s.name: s.recipe for s in [*solo, *chosen]})
+        store = run.open_store(out_dir, manifest, recipes(chosen, solo))
     except (SpecEMError, ValueError) as error:  # pydantic's ValidationError too
         raise _fail(str(error)) from None
 
@@ -181,16 +179,23 @@ def replay_command(
     typer.echo(replay.table(rows, members), nl=False)
 
 
-def _ensemble(specs: list[str], backend: Backend) -> list[Member]:
+def _ensemble(
+    specs: list[str], backend: Backend, repeat_penalty: float | None = None
+) -> list[Member]:
     """The members, built-in ones under their canonical names, local ones on ``backend``
-    (``auto`` resolved, so that the run records where they ran)."""
+    (``auto`` resolved, so that the run records where they ran), with ``repeat_penalty``
+    as every one's when it is given."""
+    from ..request import RequestSettings
+
     members = [Member(source=s, name=b.name if (b := builtin(s)) else None) for s in specs]
-    return [
-        m.model_copy(update={"backend": runs_on(m.model_copy(update={"backend": backend}))})
-        if m.kind == "local"
-        else m
-        for m in members
-    ]
+    return RequestSettings(repeat_penalty=repeat_penalty).tuned(
+        [
+            m.model_copy(update={"backend": runs_on(m.model_copy(update={"backend": backend}))})
+            if m.kind == "local"
+            else m
+            for m in members
+        ]
+    )
 
 
 def _quiet_transformers() -> None:

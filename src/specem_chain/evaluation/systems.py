@@ -266,6 +266,13 @@ def system_names(members: Sequence[Member], task: Task) -> list[str]:
     return names + [b for b in BASELINES if b != "vote" or task.votable]
 
 
+def recipes(chosen: Sequence[System], solo: Sequence[System]) -> dict[str, dict[str, Any]]:
+    """What ``run.json`` records: the recipe of every system that will answer, the members
+    alone among them only when a baseline needs their answers."""
+    answering = [*solo, *chosen] if any(s.needs_solos for s in chosen) else list(chosen)
+    return {s.name: s.recipe for s in answering}
+
+
 def build_systems(
     names: Sequence[str], members: Sequence[Member], task: Task, settings: Settings
 ) -> list[System]:

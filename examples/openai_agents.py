@@ -1,7 +1,7 @@
 """An OpenAI Agents SDK agent on a running `specem serve`, through the SDK's Chat
 Completions model.
 
-./run specem serve --port 8000 &
+./run specem serve --port 8000 --repeat-penalty 1 &   # the writer copies the tool's numbers
 ./run python examples/openai_agents.py http://127.0.0.1:8000/v1
 """
 

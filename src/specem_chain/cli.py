@@ -88,6 +88,8 @@ def chat(
     learning_rate: Annotated[float, setting("learning_rate")] = DEFAULTS.learning_rate,
     scoring: Annotated[str, setting("scoring")] = DEFAULTS.scoring,
     seed: Annotated[int | None, setting("seed")] = DEFAULTS.seed,
+    temperature: Annotated[float | None, setting("temperature")] = None,
+    repeat_penalty: Annotated[float | None, setting("repeat_penalty")] = None,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print one JSON object instead of streaming.")
     ] = False,
@@ -113,6 +115,8 @@ def chat(
             learning_rate=learning_rate,
             scoring=scoring,  # type: ignore[arg-type]
             seed=seed,
+            temperature=temperature,
+            repeat_penalty=repeat_penalty,
         )
         members = [Member(source=s) for s in (member or models.DEFAULT_MEMBERS)]
     except ValidationError as error:
@@ -189,8 +193,10 @@ def serve(
             "load; an answer may differ slightly from the same answer made alone)."
         ),
     ] = True,
+    repeat_penalty: Annotated[float | None, setting("repeat_penalty")] = None,
 ) -> None:
-    """Serve the ensemble over the OpenAI chat API: POST /v1/chat/completions."""
+    """Serve the ensemble over the OpenAI chat API: POST /v1/chat/completions. A request's
+    max_tokens, temperature, seed and repeat_penalty override the server's."""
     quiet_transformers()
     try:
         import uvicorn
@@ -200,6 +206,7 @@ def serve(
             "serve needs the OpenAI-server adapter: pip install ./adapters/specem-openai-server"
         ) from None
     try:
+        settings = RequestSettings(repeat_penalty=repeat_penalty)
         members = member_list(member or models.DEFAULT_MEMBERS)
         if batching:
             members = [
@@ -214,7 +221,7 @@ def serve(
     except (SpecEMError, ValueError) as error:
         raise fail(str(error)) from None
     err.print(f"serving {ensemble_name(members)} at http://{host}:{port}/v1")
-    uvicorn.run(create_app(members, RequestSettings()), host=host, port=port)
+    uvicorn.run(create_app(members, settings), host=host, port=port)
 
 
 @app.command()

@@ -52,6 +52,9 @@ def test_streaming_prints_the_answer_and_a_summary(pair_args):
         (["chat", "hi", "--window", "0"], "--window: Input should be greater than or equal to 1"),
         (["chat", "hi", "--max-tokens", "0"], "--max-tokens"),
         (["chat", "hi", "--scoring", "best"], "--scoring"),
+        (["chat", "hi", "--repeat-penalty", "0.5"], "--repeat-penalty: Input should be"),
+        (["chat", "hi", "--temperature", "-1"], "--temperature: Input should be"),
+        (["serve", "--repeat-penalty", "3"], "--repeat-penalty: Input should be"),
         (["chat", "   "], "the prompt is empty"),
     ],
 )

@@ -97,6 +97,11 @@ def test_without_include_usage_no_usage_chunk_is_sent(client):
         ({"messages": []}, "messages", "at least 1 item"),
         ({"messages": QUESTION, "max_tokens": 0}, "max_tokens", "greater than or equal to 1"),
         ({"messages": QUESTION, "temperature": -1}, "temperature", "greater than or equal"),
+        (
+            {"messages": QUESTION, "extra_body": {"repeat_penalty": 0.5}},
+            "repeat_penalty",
+            "greater than or equal to 1",
+        ),
         ({"messages": [{"role": "function", "content": "x"}]}, "messages.0.role", "'system'"),
         ({"messages": QUESTION, "n": 2}, "n", "1"),
     ],
@@ -194,17 +199,21 @@ def test_langchain_chat_openai_uses_the_ensemble(tiny_server):
 
 @pytest.mark.models
 def test_the_default_ensemble_answers_through_the_server():
-    # an answer that repeats the prompt's words: no repetition penalty (Guides -> Tuning)
-    with serve(DEFAULT_MEMBERS, RequestSettings(repeat_penalty=1.0)) as base:
+    # an answer that repeats the prompt's words: no repetition penalty (Guides -> Tuning),
+    # asked for under vLLM's name for it
+    with serve(DEFAULT_MEMBERS) as base:
         client = openai.OpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0)
-        completion = client.chat.completions.create(
-            model="specem",
-            messages=[{"role": "user", "content": "What is 2 + 2? Answer with the number."}],
-            max_tokens=8,
-            seed=0,
-            temperature=0,
-        )
+        ask = {
+            "model": "specem",
+            "messages": [{"role": "user", "content": "What is 2 + 2? Answer with the number."}],
+            "max_tokens": 8,
+            "seed": 0,
+            "temperature": 0,
+        }
+        completion = client.chat.completions.create(**ask, extra_body={"repetition_penalty": 1})
+        penalised = client.chat.completions.create(**ask)  # the members' own penalty, 1.1
         assert "4" in completion.choices[0].message.content
+        assert penalised.choices[0].message.content != completion.choices[0].message.content
         assert completion.model == ("specem[smollm2-135m-instruct, qwen2.5-coder-0.5b-instruct]")
 
 

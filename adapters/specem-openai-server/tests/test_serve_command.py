@@ -24,7 +24,7 @@ def test_specem_serve_answers_openai_clients(tiny_models):
     port = free_port()
     members = ["--member", str(tiny_models["llama"]), "--member", str(tiny_models["qwen2"])]
     server = subprocess.Popen(
-        [SPECEM, "serve", *members, "--port", str(port)],
+        [SPECEM, "serve", *members, "--port", str(port), "--repeat-penalty", "1"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import ValidationError
 from specem_chain.errors import AnswerFormatError, PromptTooLongError, RequestError, SpecEMError
 
 from .schema import ErrorBody, ErrorResponse
@@ -49,13 +50,16 @@ def api_error(error: Exception) -> APIError:
         return APIError(503, str(error), "service_unavailable", "member_unavailable")
     if isinstance(error, TimeoutError):
         return APIError(503, str(error), "service_unavailable", "timeout")
+    if isinstance(error, ValidationError):  # a request setting out of its range
+        return validation_error(error)
     if isinstance(error, (ValueError, TypeError)):
         return bad_request(str(error))
     return APIError(500, f"internal error: {type(error).__name__}: {error}", "server_error")
 
 
-def validation_error(error: RequestValidationError) -> APIError:
-    """A request body that does not fit the schema, named by its first bad field."""
+def validation_error(error: RequestValidationError | ValidationError) -> APIError:
+    """A request body that does not fit the schema, or a setting it gives that does not
+    fit the request's settings, named by its first bad field."""
     first = error.errors()[0]
     where = ".".join(str(p) for p in first["loc"] if p != "body")
     return bad_request(f"{where or 'body'}: {first['msg']}", where or None)

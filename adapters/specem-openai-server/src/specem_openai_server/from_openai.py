@@ -74,10 +74,12 @@ def tool_call(call_id: str, name: str, arguments: str, index: int) -> ToolCall:
 
 
 def request_settings(request: ChatCompletionRequest, defaults: RequestSettings) -> RequestSettings:
-    """The server's settings with the request's length, temperature and seed."""
+    """The server's settings with the request's length, temperature, repetition penalty
+    and seed."""
     given = {
         "max_tokens": request.max_completion_tokens or request.max_tokens,
         "temperature": request.temperature,
+        "repeat_penalty": request.repeat_penalty,
         "seed": request.seed,
     }
     chosen = {name: value for name, value in given.items() if value is not None}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 
 
 class ContentPart(BaseModel):
@@ -59,6 +59,13 @@ class ChatCompletionRequest(BaseModel):
     max_completion_tokens: int | None = Field(None, ge=1)
     temperature: float | None = Field(None, ge=0.0, le=2.0)
     seed: int | None = Field(None, ge=0)
+    repeat_penalty: float | None = Field(
+        None,
+        validation_alias=AliasChoices("repeat_penalty", "repetition_penalty"),
+        description="Not OpenAI's: every member's repetition penalty in drafting, under "
+        "llama.cpp's server's name or vLLM's (repetition_penalty); checked as the "
+        "request setting of that name.",
+    )
     stop: str | list[str] | None = None
     n: Literal[1] = 1
     stream: bool = False

@@ -49,7 +49,9 @@ PROMPT: list[Message] = [
         "one, two, three, and so on. Do not stop early.",
     }
 ]
-"""A prompt whose answer is long for every member, so each length is reached."""
+"""A prompt whose answer is long for every member, so each length is reached. It is measured
+without the repetition penalty, which is made to stop such a list: with the default 1.1,
+10 of 12 seeded answers of the default pair ended before 512 tokens."""
 
 
 def _summarise(events: list[RoundEvent], wall: float, first: float) -> dict[str, float]:
@@ -208,7 +210,9 @@ def measure(
     reference: ReferenceFigures | None = None,
 ) -> dict[str, Any]:
     """Every figure, as one JSON-ready object; the reference design's figures come from
-    ``reference`` when given."""
+    ``reference`` when given. Every member drafts without the repetition penalty (see
+    :data:`PROMPT`)."""
+    members = RequestSettings(repeat_penalty=1.0).tuned(members)
     for member in members:
         loaded(member)
         if reference is None:

@@ -5,10 +5,11 @@
 
 Each RUN is ``LABEL=DIR[+DIR...]``: the results folders of one task and one set of members
 (several folders are pooled, e.g. the members' answers from one run and a variant's from
-another, all with the same seeds). In each run every system is paired with the best member
-alone, example by example, on the task's headline metric, exactly as ``specem eval``'s own
-summary does (paired bootstrap 95% interval; exact McNemar test for exact match). Writes
-``OUT.png`` and ``OUT.md``.
+another, all with the same seeds; a folder of members alone may have been run with fewer
+members, e.g. the best member alone at other sampling settings). In each run every system
+is paired with the best member alone, example by example, on the task's headline metric,
+exactly as ``specem eval``'s own summary does (paired bootstrap 95% interval; exact
+McNemar test for exact match). Writes ``OUT.png`` and ``OUT.md``.
 """
 
 from __future__ import annotations
@@ -28,10 +29,16 @@ def load(spec: str) -> tuple[str, str, summary.Comparison | None]:
     label, _, folders = spec.partition("=")
     runs = [read_run(Path(folder)) for folder in folders.split("+")]
     manifest = runs[0][0]
+    members = _members(label, [m for m, _ in runs])
     recipes: dict[str, object] = {}
     for (other, _), folder in zip(runs, folders.split("+")):
         if _shared(other) != _shared(manifest):
             raise SystemExit(f"{label}: {folder} was run with other settings than the first")
+        if other["members"] != members and not _alone(other, members):
+            raise SystemExit(
+                f"{label}: {folder} was run with members {other['members']}, not {members}; "
+                "only a folder of members alone may have fewer"
+            )
         for system, recipe in other.get("systems", {}).items():
             if recipes.setdefault(system, recipe) != recipe:
                 raise SystemExit(f"{label}: {system} means other settings in {folder}")
@@ -40,16 +47,36 @@ def load(spec: str) -> tuple[str, str, summary.Comparison | None]:
     for _, store in runs:
         for (system, example), record in store.records.items():
             scores.setdefault(system, {})[example] = record["metrics"]
-    members = [f"member:{m}" for m in manifest["members"]]
+    alone = [f"member:{m}" for m in members]
     result = summary.summarise(task, scores)
-    comparison = summary.compare_with_best_member(task, scores, result, members)
+    comparison = summary.compare_with_best_member(task, scores, result, alone)
     return label, task.metrics[0], comparison
 
 
 def _shared(manifest: dict) -> dict:
-    """What the pooled folders must share: all but the systems and the order they ran in
-    (seeds are per example, so the order does not change a member's answer)."""
-    return {k: v for k, v in manifest.items() if k not in ("systems", "order")}
+    """What the pooled folders must share: all but the members (see :func:`_members`), the
+    systems and the order they ran in (seeds are per example, so the order does not change
+    a member's answer)."""
+    return {k: v for k, v in manifest.items() if k not in ("members", "systems", "order")}
+
+
+def _alone(manifest: dict, members: list[str]) -> bool:
+    """Whether a folder holds only members alone, each one of ``members``: a member's
+    answer alone does not depend on who else was in the run."""
+    return all(
+        s.startswith("member:") and s.removeprefix("member:") in members
+        for s in manifest["systems"]
+    )
+
+
+def _members(label: str, manifests: list[dict]) -> list[str]:
+    """The row's members: those of its ensembles, which must be one list."""
+    ensembles = [
+        m["members"] for m in manifests if any(not s.startswith("member:") for s in m["systems"])
+    ]
+    if any(e != ensembles[0] for e in ensembles):
+        raise SystemExit(f"{label}: pools ensembles of other members ({ensembles})")
+    return ensembles[0] if ensembles else manifests[0]["members"]
 
 
 def main() -> None:

@@ -47,3 +47,30 @@ def test_folders_pooled_under_one_label_must_agree(tmp_path):
     (copy / "run.json").write_text(json.dumps(manifest))
     failed = subprocess.run([*args, pooled], capture_output=True, text=True)
     assert failed.returncode != 0 and "other settings than the first" in failed.stderr
+
+
+def test_a_member_alone_run_with_fewer_members_is_the_rows_yardstick(tmp_path):
+    # Qwen2.5-Coder alone, drafting with the default penalty, run by itself: the two-member
+    # default is paired with it (the Benchmarks page's strict comparison on instructions)
+    row = f"strict={DEV / 'instructions-dev-1-qwen-rp'}+{DEV / 'instructions-dev-2-rp'}"
+    out = tmp_path / "forest"
+    args = [sys.executable, str(ROOT / "benchmarks/forest.py"), "--out", str(out)]
+    subprocess.run([*args, row], check=True, capture_output=True)
+    (default,) = [line for line in out.with_suffix(".md").read_text().splitlines()[2:] if line]
+    cells = default.split(" | ")
+    assert cells[3:6] == ["qwen2.5-coder-0.5b-instruct", "192", "8 / 20"]
+
+    other = tmp_path / "other-member"  # a member alone who is not one of the row's members
+    shutil.copytree(DEV / "instructions-dev-1-qwen-rp", other)
+    manifest = json.loads((other / "run.json").read_text())
+    manifest["members"] = ["gemma-3-270m"]
+    manifest["systems"] = {"member:gemma-3-270m": manifest["systems"].popitem()[1]}
+    (other / "run.json").write_text(json.dumps(manifest))
+    failed = subprocess.run(
+        [*args, f"x={other}+{DEV / 'instructions-dev-2-rp'}"], capture_output=True, text=True
+    )
+    assert failed.returncode != 0 and "only a folder of members alone" in failed.stderr
+
+    ensembles = f"x={DEV / 'gsm8k-2-b'}+{DEV / 'gsm8k-3-rp'}"  # two and three members
+    failed = subprocess.run([*args, ensembles], capture_output=True, text=True)
+    assert failed.returncode != 0 and "pools ensembles of other members" in failed.stderr

@@ -24,7 +24,7 @@ def answer_task(
     # --8<-- [start:feedback]
     feedback = Feedback.load(weights_file) if weights_file.exists() else Feedback(decay=0.2)
     llm = SpecEMChatModel(
-        members=members, policy="pool", gate=0.5, feedback=feedback, seed=0, max_tokens=max_tokens
+        members=members, policy="pool", gate=0.8, feedback=feedback, seed=0, max_tokens=max_tokens
     )
     answers = [llm.invoke(question).content for question in questions]  # each updates feedback
     feedback.save(weights_file)

@@ -109,9 +109,11 @@ def main() -> None:
         )
     args.out.with_suffix(".md").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
-    figure = Figure(figsize=(9, 0.45 * len(rows) + 1.5), layout="constrained")
-    ax = figure.subplots()
     names = [f"{label}: {system} ({metric}, n={p['n']})" for label, metric, _, system, p in rows]
+    # the labels' width (8-point text, ~0.06 inch a character) plus 4 inches for the plot
+    width = 4 + 0.06 * max(len(name) for name in names)
+    figure = Figure(figsize=(width, 0.45 * len(rows) + 1.5), layout="constrained")
+    ax = figure.subplots()
     for y, (_, _, _, _, p) in enumerate(rows):
         significant = p["ci_low"] > 0 or p["ci_high"] < 0
         colour = "tab:blue" if not significant else ("tab:green" if p["ci_low"] > 0 else "tab:red")

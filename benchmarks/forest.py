@@ -111,7 +111,7 @@ def main() -> None:
 
     names = [f"{label}: {system} ({metric}, n={p['n']})" for label, metric, _, system, p in rows]
     # the labels' width (8-point text, ~0.06 inch a character) plus 4 inches for the plot
-    width = 4 + 0.06 * max(len(name) for name in names)
+    width = 4 + 0.06 * max((len(name) for name in names), default=0)
     figure = Figure(figsize=(width, 0.45 * len(rows) + 1.5), layout="constrained")
     ax = figure.subplots()
     for y, (_, _, _, _, p) in enumerate(rows):

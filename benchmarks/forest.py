@@ -27,18 +27,14 @@ from specem_chain.evaluation.tasks import TASKS
 def load(spec: str) -> tuple[str, str, summary.Comparison | None]:
     """A run's label, headline metric and comparison with its best member."""
     label, _, folders = spec.partition("=")
-    runs = [read_run(Path(folder)) for folder in folders.split("+")]
+    paths = folders.split("+")
+    runs = [read_run(Path(folder)) for folder in paths]
     manifest = runs[0][0]
-    members = _members(label, [m for m, _ in runs])
+    members = _members(label, [(m, folder) for (m, _), folder in zip(runs, paths)])
     recipes: dict[str, object] = {}
-    for (other, _), folder in zip(runs, folders.split("+")):
+    for (other, _), folder in zip(runs, paths):
         if _shared(other) != _shared(manifest):
             raise SystemExit(f"{label}: {folder} was run with other settings than the first")
-        if other["members"] != members and not _alone(other, members):
-            raise SystemExit(
-                f"{label}: {folder} was run with members {other['members']}, not {members}; "
-                "only a folder of members alone may have fewer"
-            )
         for system, recipe in other.get("systems", {}).items():
             if recipes.setdefault(system, recipe) != recipe:
                 raise SystemExit(f"{label}: {system} means other settings in {folder}")
@@ -60,23 +56,27 @@ def _shared(manifest: dict) -> dict:
     return {k: v for k, v in manifest.items() if k not in ("members", "systems", "order")}
 
 
-def _alone(manifest: dict, members: list[str]) -> bool:
-    """Whether a folder holds only members alone, each one of ``members``: a member's
+def _members(label: str, folders: list[tuple[dict, str]]) -> list[str]:
+    """The row's members: those of its ensembles, which must be one list. A folder of
+    members alone may have been run with fewer (each one of the row's members): a member's
     answer alone does not depend on who else was in the run."""
-    return all(
-        s.startswith("member:") and s.removeprefix("member:") in members
-        for s in manifest["systems"]
-    )
-
-
-def _members(label: str, manifests: list[dict]) -> list[str]:
-    """The row's members: those of its ensembles, which must be one list."""
     ensembles = [
-        m["members"] for m in manifests if any(not s.startswith("member:") for s in m["systems"])
+        m["members"] for m, _ in folders if any(not s.startswith("member:") for s in m["systems"])
     ]
     if any(e != ensembles[0] for e in ensembles):
         raise SystemExit(f"{label}: pools ensembles of other members ({ensembles})")
-    return ensembles[0] if ensembles else manifests[0]["members"]
+    members = ensembles[0] if ensembles else folders[0][0]["members"]
+    for manifest, folder in folders:
+        alone = all(
+            s.startswith("member:") and s.removeprefix("member:") in members
+            for s in manifest["systems"]
+        )
+        if manifest["members"] != members and not alone:
+            raise SystemExit(
+                f"{label}: {folder} was run with members {manifest['members']}, not "
+                f"{members}; only a folder of members alone may have fewer"
+            )
+    return members
 
 
 def main() -> None:

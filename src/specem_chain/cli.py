@@ -18,6 +18,7 @@ from rich.text import Text
 from . import models
 from .errors import SpecEMError
 from .evaluation import cli as evaluation_cli
+from .feedback import Feedback
 from .members import Backend, Member, ensemble_name, member_list
 from .report import report
 from .request import Answer, RequestSettings, open_request, warm_up
@@ -90,6 +91,17 @@ def chat(
     seed: Annotated[int | None, setting("seed")] = DEFAULTS.seed,
     temperature: Annotated[float | None, setting("temperature")] = None,
     repeat_penalty: Annotated[float | None, setting("repeat_penalty")] = None,
+    gate: Annotated[float, setting("gate")] = DEFAULTS.gate,
+    feedback_path: Annotated[
+        Path | None,
+        typer.Option(
+            "--feedback",
+            help="Task-level feedback: start from the members' weights saved in this file "
+            "(uniform if it does not exist yet), carry this answer's over and save them "
+            "back. Give the same file to every question of one task.",
+            dir_okay=False,
+        ),
+    ] = None,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print one JSON object instead of streaming.")
     ] = False,
@@ -107,6 +119,7 @@ def chat(
         raise fail("the prompt is empty: give a question to answer")
     if report_path and not report_path.parent.is_dir():
         raise fail(f"--report: folder {str(report_path.parent)!r} does not exist")
+    feedback = task_feedback(feedback_path) if feedback_path else None
     try:
         settings = RequestSettings(
             window=window,
@@ -117,6 +130,7 @@ def chat(
             seed=seed,
             temperature=temperature,
             repeat_penalty=repeat_penalty,
+            gate=gate,
         )
         members = [Member(source=s) for s in (member or models.DEFAULT_MEMBERS)]
     except ValidationError as error:
@@ -125,9 +139,15 @@ def chat(
     messages.append({"role": "user", "content": prompt})
     quiet_transformers()
     try:
-        answer = asyncio.run(_chat(members, messages, settings, stream=not as_json))
+        answer = asyncio.run(_chat(members, messages, settings, feedback, stream=not as_json))
     except SpecEMError as error:
         raise fail(str(error)) from None
+    if feedback_path and feedback is not None:
+        try:
+            feedback.save(feedback_path)
+        except OSError as error:
+            raise fail(f"cannot save the feedback: {error}") from None
+        err.print(f"feedback: {feedback_path} ({feedback.answers} answers)")
     if as_json:
         out.print_json(json.dumps(answer.to_json()))
     else:
@@ -141,15 +161,33 @@ def chat(
         err.print(f"report: {report_path}")
 
 
+def task_feedback(path: Path) -> Feedback:
+    """The task's feedback saved at ``path``, or a new one if there is none yet; a file
+    that cannot hold it is an error before any member runs."""
+    if not path.parent.is_dir():
+        raise fail(f"--feedback: folder {str(path.parent)!r} does not exist")
+    if not path.exists():
+        return Feedback()
+    try:
+        return Feedback.load(path)
+    except ValueError as error:
+        raise fail(f"--feedback: {error}") from None
+
+
 async def _chat(
-    members: list[Member], messages: list, settings: RequestSettings, *, stream: bool
+    members: list[Member],
+    messages: list,
+    settings: RequestSettings,
+    feedback: Feedback | None,
+    *,
+    stream: bool,
 ) -> Answer:
     labels = [m.label for m in members]
     colours = dict(zip(labels, COLOURS * len(members)))
     if stream:
         legend = Text.assemble(*((f"{m} ", colours[m]) for m in labels))
         err.print(Text("members: ") + legend)
-    async with open_request(members, messages, settings) as run:
+    async with open_request(members, messages, settings, feedback=feedback) as run:
         async for update in run:
             if stream:
                 out.print(Text(update.text, style=colours[update.event.winner]), end="")

@@ -98,7 +98,12 @@ class Feedback:
         return feedback
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_json(), indent=2) + "\n", encoding="utf-8")
+        """Write the weights as JSON to ``path``, replacing it whole: a save cut short
+        leaves the file as it was."""
+        path = Path(path)
+        partial = path.with_name(f".{path.name}.partial")
+        partial.write_text(json.dumps(self.to_json(), indent=2) + "\n", encoding="utf-8")
+        partial.replace(path)
 
     @classmethod
     def load(cls, path: str | Path) -> Feedback:

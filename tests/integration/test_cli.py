@@ -7,6 +7,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
+from specem_chain import Feedback
 from specem_chain.cli import app
 
 runner = CliRunner()
@@ -43,6 +44,38 @@ def test_streaming_prints_the_answer_and_a_summary(pair_args):
     assert "wins" in result.stdout and "weight" in result.stdout
 
 
+def test_feedback_carries_the_weights_from_one_answer_to_the_next(pair_args, tmp_path):
+    path = tmp_path / "task.json"
+    args = ["--max-tokens", "20", "--gate", "0.8", "--feedback", str(path), "--json"]
+    first = specem("chat", "How many clips?", *pair_args, "--seed", "1", *args)
+    assert first.exit_code == 0, first.output
+    assert json.loads(first.stdout)["start_weights"] == {"llama": 0.5, "qwen2": 0.5}
+    after_first = Feedback.load(path)
+    assert after_first.answers == 1
+    assert after_first.weights(["llama", "qwen2"]) != {"llama": 0.5, "qwen2": 0.5}
+
+    second = specem("chat", "And in May?", *pair_args, "--seed", "2", *args)
+    assert second.exit_code == 0, second.output
+    assert json.loads(second.stdout)["start_weights"] == pytest.approx(
+        after_first.weights(["llama", "qwen2"])
+    )
+    assert Feedback.load(path).answers == 2
+    assert f"feedback: {path} (2 answers)" in " ".join(second.stderr.split())
+
+
+@pytest.mark.parametrize(
+    ("saved", "message"),
+    [("not json", "--feedback: cannot read feedback from"), ("{}", "--feedback: not a saved")],
+)
+def test_a_bad_feedback_file_is_an_error_before_any_member_runs(tmp_path, saved, message):
+    path = tmp_path / "task.json"
+    path.write_text(saved)
+    result = specem("chat", "hi", "-m", "no-such-model", "--feedback", str(path))
+    assert result.exit_code == 2
+    assert message in " ".join(result.stderr.split())
+    assert path.read_text() == saved
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -56,6 +89,8 @@ def test_streaming_prints_the_answer_and_a_summary(pair_args):
         (["chat", "hi", "--temperature", "-1"], "--temperature: Input should be"),
         (["serve", "--repeat-penalty", "3"], "--repeat-penalty: Input should be"),
         (["chat", "   "], "the prompt is empty"),
+        (["chat", "hi", "--feedback", "/no/such/folder/task.json"], "--feedback: folder"),
+        (["chat", "hi", "--gate", "1"], "--gate: Input should be less than 1"),
     ],
 )
 def test_bad_input_gets_a_clear_error_and_no_traceback(args, message):

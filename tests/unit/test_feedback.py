@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import math
+from pathlib import Path
 
 import pytest
 from scripted import ScriptedSession, likes, seat
@@ -70,6 +71,24 @@ def test_feedback_saves_and_loads(tmp_path):
     loaded = Feedback.load(path)
     assert loaded.weights(["a", "b"]) == feedback.weights(["a", "b"])
     assert (loaded.decay, loaded.answers) == (0.3, 1)
+
+
+def test_a_save_cut_short_leaves_the_saved_weights(tmp_path, monkeypatch):
+    path = tmp_path / "task.json"
+    feedback = Feedback()
+    feedback.record({"a": 0.7, "b": 0.3})
+    feedback.save(path)
+    saved = path.read_text()
+
+    def disk_full(self, text, encoding=None):
+        self.open("w", encoding=encoding).write(text[:5])
+        raise OSError("No space left on device")
+
+    feedback.record({"a": 0.1, "b": 0.9})
+    monkeypatch.setattr(Path, "write_text", disk_full)
+    with pytest.raises(OSError, match="No space"):
+        feedback.save(path)
+    assert path.read_text() == saved
 
 
 def test_bad_feedback_files_and_settings_get_clear_errors(tmp_path):

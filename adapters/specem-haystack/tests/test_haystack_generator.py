@@ -11,7 +11,7 @@ from haystack.components.generators.utils import _convert_streaming_chunks_to_ch
 from haystack.dataclasses import ChatMessage, ChatRole, ImageContent, StreamingChunk
 from haystack.utils import Secret
 from pydantic import ValidationError
-from specem_chain import Member
+from specem_chain import Feedback, Member
 from specem_chain.errors import RequestError
 
 from haystack_integrations.components.generators.specem import SpecEMChatGenerator
@@ -48,6 +48,20 @@ def test_run_returns_one_assistant_reply_with_its_provenance(generator, tiny_pai
     assert sum(specem["wins"].values()) == len(specem["segments"]) >= 1
     assert "".join(s["text"] for s in specem["segments"]).startswith(reply.text)
     assert all(s["member"] in ("llama", "qwen2") for s in specem["segments"])
+
+
+def test_feedback_carries_the_weights_from_one_run_to_the_next(tiny_pair):
+    feedback = Feedback()
+    generator = SpecEMChatGenerator(
+        members=tiny_pair, generation_kwargs={"max_tokens": 24, "seed": 0}, feedback=feedback
+    )
+    [first] = generator.run(QUESTION)["replies"]
+    assert first.meta["specem"]["start_weights"] == {"llama": 0.5, "qwen2": 0.5}
+    carried = feedback.weights(["llama", "qwen2"])
+    assert feedback.answers == 1 and carried != {"llama": 0.5, "qwen2": 0.5}
+    [second] = generator.run(QUESTION, generation_kwargs={"seed": 1})["replies"]
+    assert second.meta["specem"]["start_weights"] == pytest.approx(carried)
+    assert feedback.answers == 2
 
 
 def test_streaming_gives_one_chunk_per_segment_and_they_make_the_reply(generator):

@@ -11,7 +11,7 @@ from haystack.components.generators.utils import print_streaming_chunk
 from haystack.dataclasses import ChatMessage
 from haystack.tools import Tool, Toolset
 from haystack.utils import Secret
-from specem_chain import Member, Sampling
+from specem_chain import Feedback, Member, Sampling
 
 from haystack_integrations.components.generators.specem import SpecEMChatGenerator
 
@@ -52,6 +52,7 @@ def test_the_default_generator_writes_the_default_members_as_specs():
             "streaming_callback": None,
             "tools": None,
             "api_keys": None,
+            "feedback": None,
         },
     }
     assert SpecEMChatGenerator.from_dict(data).members == SpecEMChatGenerator().members
@@ -60,6 +61,8 @@ def test_the_default_generator_writes_the_default_members_as_specs():
 def test_everything_survives_a_round_trip(monkeypatch):
     monkeypatch.setenv("SPECEM_TGI_KEY", "s3cret")
     monkeypatch.setenv("HAYSTACK_DESERIALIZATION_ALLOWLIST", __name__)  # the tools' functions
+    feedback = Feedback(decay=0.3)
+    feedback.record({"smollm2-135m-instruct": 0.7, "qwen2.5-coder-0.5b-instruct": 0.3})
     members = [
         "smollm2",
         Member(source="qwen2.5-coder", role="verifier", sampling=Sampling(temperature=0.2)),
@@ -71,6 +74,7 @@ def test_everything_survives_a_round_trip(monkeypatch):
         streaming_callback=print_streaming_chunk,
         tools=[SHOUT, Toolset([WHISPER])],
         api_keys={"remote": Secret.from_env_var("SPECEM_TGI_KEY")},
+        feedback=feedback,
     )
     data = generator.to_dict()
     init = data["init_parameters"]
@@ -105,6 +109,7 @@ def test_everything_survives_a_round_trip(monkeypatch):
     assert restored.api_keys["remote"].resolve_value() == "s3cret"
     assert restored.tools[0].name == "shout" and restored.tools[0].function is shout
     assert [t.name for t in restored.tools[1]] == ["whisper"]
+    assert restored.feedback is not feedback and restored.feedback.to_json() == feedback.to_json()
     assert restored.to_dict() == data
 
 

@@ -18,7 +18,7 @@ from haystack.tools import (
     serialize_tools_or_toolset,
 )
 from haystack.utils import Secret, deserialize_callable, serialize_callable
-from specem_chain import Request, Update, open_request
+from specem_chain import Feedback, Request, Update, open_request
 from specem_chain.answer_formats import request_format
 from specem_chain.members import ensemble_name
 from specem_chain.request import warm_up as load_members
@@ -61,6 +61,7 @@ class SpecEMChatGenerator:
         streaming_callback: StreamingCallbackT | None = None,
         tools: ToolsType | None = None,
         api_keys: dict[str, Secret] | None = None,
+        feedback: Feedback | None = None,
     ) -> None:
         """
         :param members: The ensemble: member specs (a built-in name such as ``"smollm2"``,
@@ -77,12 +78,16 @@ class SpecEMChatGenerator:
         :param tools: Haystack tools or toolsets the members may call.
         :param api_keys: Remote members' API keys as Haystack secrets, by member name
             (``Secret.from_env_var(...)``), so ``to_dict`` writes no key in plain text.
+        :param feedback: Task-level feedback: a ``specem_chain.Feedback`` that carries the
+            members' weights from one answer to the next (each run starts from it and
+            updates it when it ends). ``to_dict`` writes the weights it holds then.
         """
         self.members = to_members(members)
         self.generation_kwargs = dict(generation_kwargs or {})
         self.streaming_callback = streaming_callback
         self.tools = tools
         self.api_keys = dict(api_keys or {})
+        self.feedback = feedback
         check_api_keys(self.api_keys, self.members)
         options = CallOptions.of(self.generation_kwargs)
         request_format(openai_tools(tools), options.tool_choice, options.response_format)
@@ -116,6 +121,7 @@ class SpecEMChatGenerator:
             streaming_callback=serialize_callable(callback) if callback else None,
             tools=serialize_tools_or_toolset(self.tools),
             api_keys={label: key.to_dict() for label, key in self.api_keys.items()} or None,
+            feedback=self.feedback.to_json() if self.feedback is not None else None,
         )
 
     @classmethod
@@ -127,6 +133,8 @@ class SpecEMChatGenerator:
             init["streaming_callback"] = deserialize_callable(init["streaming_callback"])
         if init.get("api_keys"):
             init["api_keys"] = {label: Secret.from_dict(k) for label, k in init["api_keys"].items()}
+        if init.get("feedback") is not None:
+            init["feedback"] = Feedback.from_json(init["feedback"])
         return default_from_dict(cls, data)
 
     def _request(
@@ -145,6 +153,7 @@ class SpecEMChatGenerator:
             tools=openai_tools(tools if tools is not None else self.tools),
             tool_choice=options.tool_choice,
             response_format=options.response_format,
+            feedback=self.feedback,
         )
 
     @staticmethod

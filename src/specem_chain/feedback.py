@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -101,9 +102,14 @@ class Feedback:
         """Write the weights as JSON to ``path``, replacing it whole: a save cut short
         leaves the file as it was."""
         path = Path(path)
-        partial = path.with_name(f".{path.name}.partial")
-        partial.write_text(json.dumps(self.to_json(), indent=2) + "\n", encoding="utf-8")
-        partial.replace(path)
+        text = json.dumps(self.to_json(), indent=2) + "\n"
+        # a name of its own, so that saves from two threads cannot write one partial file
+        partial = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.partial")
+        try:
+            partial.write_text(text, encoding="utf-8")
+            partial.replace(path)
+        finally:
+            partial.unlink(missing_ok=True)
 
     @classmethod
     def load(cls, path: str | Path) -> Feedback:

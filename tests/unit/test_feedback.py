@@ -89,6 +89,7 @@ def test_a_save_cut_short_leaves_the_saved_weights(tmp_path, monkeypatch):
     with pytest.raises(OSError, match="No space"):
         feedback.save(path)
     assert path.read_text() == saved
+    assert [p.name for p in tmp_path.iterdir()] == ["task.json"]
 
 
 def test_bad_feedback_files_and_settings_get_clear_errors(tmp_path):

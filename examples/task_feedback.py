@@ -1,5 +1,6 @@
 """Task-level feedback: the members' weights carried from one question of a task to the next,
-with a gate that rests a member the task has found weak (docs: Concepts -> Policies).
+which let the default gate (0.8) rest a member the task has found weak (docs: Concepts ->
+Policies).
 
     ./run python examples/task_feedback.py
 """
@@ -23,9 +24,7 @@ def answer_task(
     ``weights_file`` between runs."""
     # --8<-- [start:feedback]
     feedback = Feedback.load(weights_file) if weights_file.exists() else Feedback(decay=0.2)
-    llm = SpecEMChatModel(
-        members=members, policy="pool", gate=0.8, feedback=feedback, seed=0, max_tokens=max_tokens
-    )
+    llm = SpecEMChatModel(members=members, feedback=feedback, seed=0, max_tokens=max_tokens)
     answers = [llm.invoke(question).content for question in questions]  # each updates feedback
     feedback.save(weights_file)
     # --8<-- [end:feedback]

@@ -139,6 +139,15 @@ async def test_the_gate_rests_a_drafter_whose_starting_weight_is_below_it():
     assert weak.drafted > 0 and not any(e.resting for e in rounds)
 
 
+async def test_the_default_gate_acts_only_on_a_tasks_weights():
+    rounds, weak = await answer(None)  # a request of its own starts uniform: nobody rests
+    assert weak.drafted > 0 and not any(e.resting for e in rounds)
+    rounds, weak = await answer([0.65, 0.35])  # 0.35 < 0.8 / 2 (gate=0.8, the default)
+    assert weak.drafted == 0 and all(e.resting == ("weak",) for e in rounds)
+    rounds, weak = await answer([0.65, 0.35], gate=0.0)
+    assert weak.drafted > 0
+
+
 async def test_the_gate_never_rests_every_drafter():
     rounds, weak = await answer([0.1, 0.9], gate=0.99)  # both below 0.99 / 2
     assert weak.drafted > 0 and all(e.resting == ("strong",) for e in rounds)

@@ -49,12 +49,13 @@ class EngineSettings(BaseModel):
         False, description="Accept an end-of-turn draft without verifying it."
     )
     gate: float = Field(
-        0.0,
+        0.8,
         ge=0.0,
         lt=1.0,
         description="A member whose starting weight is below gate/K (K members) does not "
-        "draft in the request; it still verifies. 0: never. With task weights (Feedback) "
-        "a rested member is judged again once their decay brings it back over the gate.",
+        "draft in the request; it still verifies. A request starts from uniform weights, "
+        "so the gate acts only on a task's weights (Feedback), and a rested member is "
+        "judged again once their decay brings it back over the gate. 0: never.",
     )
     exit: float = Field(
         0.0,

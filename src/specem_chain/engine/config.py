@@ -55,7 +55,7 @@ class EngineSettings(BaseModel):
         description="A member whose starting weight is below gate/K (K members) does not "
         "draft in the request; it still verifies. A request starts from uniform weights, "
         "so the gate acts only on a task's weights (Feedback), and a rested member is "
-        "judged again once their decay brings it back over the gate. 0: never.",
+        "judged again once the decay brings its weight back over the gate. 0: never.",
     )
     exit: float = Field(
         0.0,

@@ -109,28 +109,20 @@ def rewards(
     return result
 
 
-def hedge_update(
-    weights: Sequence[float],
-    member_rewards: Sequence[float | None],
-    learning_rate: float,
-    round_index: int,
+def hedge_step(
+    weights: Sequence[float], member_rewards: Sequence[float | None], step: float
 ) -> list[float]:
-    """One multiplicative-weights (Hedge) step, renormalised to sum to one.
-
-    ``eta_t = learning_rate * sqrt(1 / K) / t`` for round ``t`` (1-based) and K members;
-    ``w <- w * exp(eta_t * r)``. A member without a reward this round (``None``) is treated
-    as neutral: it gets the mean of the others' rewards, so only evidence moves weights.
-    """
-    if round_index < 1:
-        raise ValueError(f"round_index is 1-based, got {round_index}")
+    """One multiplicative-weights (Hedge) step, ``w <- w * exp(step * r)``, renormalised to
+    sum to one. A member without a reward this round (``None``) is treated as neutral: it
+    gets the mean of the others' rewards, so only evidence moves weights; a weight of zero
+    (a dropped member) stays zero."""
     known = [r for r in member_rewards if r is not None]
-    if learning_rate == 0 or not known:
+    if step == 0 or not known:
         return list(weights)
     neutral = math.fsum(known) / len(known)
-    eta = learning_rate * math.sqrt(1.0 / len(weights)) / round_index
-    # Subtract the largest exponent before exp() so large learning rates cannot overflow.
+    # Subtract the largest exponent before exp() so large steps cannot overflow.
     exponents = [
-        math.log(w) + eta * (neutral if r is None else r) if w > 0 else -math.inf
+        math.log(w) + step * (neutral if r is None else r) if w > 0 else -math.inf
         for w, r in zip(weights, member_rewards)
     ]
     top = max(exponents)
@@ -139,16 +131,36 @@ def hedge_update(
     return [x / total for x in raw]
 
 
+def hedge_update(
+    weights: Sequence[float],
+    member_rewards: Sequence[float | None],
+    learning_rate: float,
+    round_index: int,
+) -> list[float]:
+    """The paper's Hedge step: :func:`hedge_step` with ``eta_t = learning_rate * sqrt(1 / K)
+    / t`` for round ``t`` (1-based) and K members."""
+    if round_index < 1:
+        raise ValueError(f"round_index is 1-based, got {round_index}")
+    eta = learning_rate * math.sqrt(1.0 / len(weights)) / round_index
+    return hedge_step(weights, member_rewards, eta)
+
+
+def argmax(values: Sequence[float]) -> int:
+    """The index of the largest value; ties go to the lowest index."""
+    return max(range(len(values)), key=lambda k: (values[k], -k))
+
+
 def select(matrix: Sequence[Sequence[float]], verifier_weights: Sequence[float]) -> int:
     """Index of the winning candidate: ``argmax_k sum_j w_j * S[j, k]``.
 
     Ties go to the lowest index, so the choice is deterministic.
     """
-    totals = [
-        math.fsum(w * row[k] for w, row in zip(verifier_weights, matrix))
-        for k in range(len(matrix[0]))
-    ]
-    return max(range(len(totals)), key=lambda k: (totals[k], -k))
+    return argmax(
+        [
+            math.fsum(w * row[k] for w, row in zip(verifier_weights, matrix))
+            for k in range(len(matrix[0]))
+        ]
+    )
 
 
 @dataclass(frozen=True)
@@ -237,31 +249,6 @@ def peer_rewards(
 POOL_STEP = 0.25
 """Hedge step per round of the per-byte policies at ``learning_rate=1``: a member that wins
 every comparison for 8 rounds ends with e^2 = 7.4 times its rival's weight."""
-
-
-def hedge_step(
-    weights: Sequence[float], member_rewards: Sequence[float | None], step: float
-) -> list[float]:
-    """A Hedge step of constant size, ``w <- w * exp(step * r)``, renormalised; a member
-    without a reward is neutral (it gets the mean of the others'), and a weight of zero
-    (a dropped member) stays zero."""
-    known = [r for r in member_rewards if r is not None]
-    if step == 0 or not known:
-        return list(weights)
-    neutral = math.fsum(known) / len(known)
-    exponents = [
-        math.log(w) + step * (neutral if r is None else r) if w > 0 else -math.inf
-        for w, r in zip(weights, member_rewards)
-    ]
-    top = max(exponents)
-    raw = [math.exp(e - top) for e in exponents]
-    total = math.fsum(raw)
-    return [x / total for x in raw]
-
-
-def argmax(values: Sequence[float]) -> int:
-    """The index of the largest value; ties go to the lowest index."""
-    return max(range(len(values)), key=lambda k: (values[k], -k))
 
 
 @dataclass(frozen=True)

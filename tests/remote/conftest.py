@@ -1,6 +1,9 @@
 """Real servers on 127.0.0.1 for the remote-member tests, started and stopped here.
 
-- ``specem serve-tgi`` (TGI's protocol over a transformers model) serving SmolLM2-135M;
+- ``specem serve-tgi`` (TGI's protocol over a transformers model) serving SmolLM2-135M,
+  for the tests that compare it with the same model in process, and serving a tiny random
+  model, for those where only the protocol's plumbing matters (a float32 SmolLM2 on
+  transformers takes about 0.1 s a token on two cores; the tiny model a millisecond);
 - llama-cpp-python's own OpenAI-compatible server serving the SmolLM2 and Qwen2.5-Coder
   GGUFs.
 """
@@ -19,6 +22,14 @@ from specem_chain import models
 @pytest.fixture(scope="session")
 def tgi_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     with tgi_server(tmp_path_factory.mktemp("tgi")) as (url, _):
+        yield url
+
+
+@pytest.fixture(scope="session")
+def tiny_tgi_url(
+    tiny_models: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    with tgi_server(tmp_path_factory.mktemp("tiny-tgi"), model=tiny_models["llama"]) as (url, _):
         yield url
 
 

@@ -53,10 +53,13 @@ def running(command: list[str], health_url: str, log: Path) -> Iterator[subproce
 
 
 @contextmanager
-def tgi_server(tmp: Path, *flags: str) -> Iterator[tuple[str, subprocess.Popen]]:
+def tgi_server(
+    tmp: Path, *flags: str, model: str | Path = "smollm2"
+) -> Iterator[tuple[str, subprocess.Popen]]:
+    """``specem serve-tgi`` on ``model`` (a built-in name or a model folder)."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    command = [str(SPECEM), "serve-tgi", "smollm2", "--port", str(port), *flags]
+    command = [str(SPECEM), "serve-tgi", str(model), "--port", str(port), *flags]
     with running(command, f"{url}/health", tmp / f"tgi-{port}.log") as process:
         yield url, process
 

@@ -23,8 +23,8 @@ llm = SpecEMChatModel(
         f"tgi+{tgi_url}",
         Member.openai_completions(llama_url, name="llama", chat_template=template),
     ],
-    max_tokens=16,
-    window=8,
+    max_tokens=8,
+    window=4,
     seed=0,
 )
 message = llm.invoke("Name a fruit.")
@@ -33,7 +33,7 @@ print(json.dumps({"text": message.content, "meta": message.response_metadata["sp
 
 
 def test_the_coordinator_install_runs_a_remote_ensemble_without_torch(
-    tmp_path, tgi_url, llama_url, smollm2_folder
+    tmp_path, tiny_tgi_url, llama_url, smollm2_folder
 ):
     env_dir = tmp_path / "coordinator"
     venv.create(env_dir, with_pip=True)
@@ -47,7 +47,7 @@ def test_the_coordinator_install_runs_a_remote_ensemble_without_torch(
     assert install.returncode == 0, install.stderr[-3000:]
     template = (smollm2_folder / "chat_template.jinja").read_text()
     run = subprocess.run(
-        [str(python), "-c", SCRIPT, tgi_url, llama_url, template],
+        [str(python), "-c", SCRIPT, tiny_tgi_url, llama_url, template],
         capture_output=True,
         text=True,
         timeout=300,
@@ -55,5 +55,5 @@ def test_the_coordinator_install_runs_a_remote_ensemble_without_torch(
     assert run.returncode == 0, run.stderr[-3000:]
     result = json.loads(run.stdout.strip().splitlines()[-1])
     assert result["text"].strip()
-    assert set(result["meta"]["wins"]) == {tgi_url.removeprefix("http://"), "llama"}
+    assert set(result["meta"]["wins"]) == {tiny_tgi_url.removeprefix("http://"), "llama"}
     assert result["meta"]["dropped"] == {}

@@ -24,11 +24,11 @@ def llama_member(url: str, folder: Path, **settings: object) -> Member:
     return Member.openai_completions(url, tokenizer=str(folder), name="llama", **settings)
 
 
-async def test_llamacpp_and_tgi_members_answer_together(llama_url, tgi_url, smollm2_folder):
+async def test_llamacpp_and_tgi_members_answer_together(llama_url, tiny_tgi_url, smollm2_folder):
     llm = SpecEMChatModel(
-        members=[llama_member(llama_url, smollm2_folder), Member.tgi(tgi_url, name="tgi")],
-        max_tokens=20,
-        window=8,
+        members=[llama_member(llama_url, smollm2_folder), Member.tgi(tiny_tgi_url, name="tgi")],
+        max_tokens=10,
+        window=5,
         seed=0,
     )
     message = await llm.ainvoke(QUESTION)
@@ -45,13 +45,13 @@ async def test_llamacpp_and_tgi_members_answer_together(llama_url, tgi_url, smol
             assert sum(row) == pytest.approx(1.0)
 
 
-async def test_a_local_and_a_remote_copy_of_one_model_score_alike(tgi_url):
+async def test_a_local_and_a_remote_copy_of_one_model_score_alike(tiny_tgi_url, tiny_models):
     """Same model, same template, same backend (the TGI server runs transformers): the TGI
     member's scores match the in-process member's, so the candidate's tokens and its
     end-of-turn token are mapped right over HTTP."""
-    local = Member.local("smollm2", name="local", backend="transformers")
+    local = Member.local(str(tiny_models["llama"]), name="local", backend="transformers")
     llm = SpecEMChatModel(
-        members=[local, Member.tgi(tgi_url, name="remote")],
+        members=[local, Member.tgi(tiny_tgi_url, name="remote")],
         max_tokens=24,
         window=8,
         seed=3,
@@ -109,12 +109,14 @@ async def test_a_server_with_shifted_echo_logprobs_and_no_bos_to_lead_gets_a_cle
         await llm.ainvoke("Hi")
 
 
-async def test_a_member_killed_mid_answer_is_dropped_and_the_answer_completes(tgi_url, tmp_path):
-    with tgi_server(tmp_path) as (doomed_url, process):
+async def test_a_member_killed_mid_answer_is_dropped_and_the_answer_completes(
+    tiny_tgi_url, tiny_models, tmp_path
+):
+    with tgi_server(tmp_path, model=tiny_models["llama"]) as (doomed_url, process):
         llm = SpecEMChatModel(
             members=[
                 Member.tgi(doomed_url, name="doomed", retries=1, request_timeout=10),
-                Member.tgi(tgi_url, name="survivor"),
+                Member.tgi(tiny_tgi_url, name="survivor"),
             ],
             max_tokens=24,
             window=6,
@@ -137,7 +139,7 @@ async def test_a_member_killed_mid_answer_is_dropped_and_the_answer_completes(tg
     assert [c["member"] for c in later["candidates"]] == ["survivor"]
 
 
-async def test_concurrent_requests_equal_the_same_requests_alone(tgi_url):
+async def test_concurrent_requests_equal_the_same_requests_alone(tiny_tgi_url):
     """16 requests at once over HTTP; each equals the same request made alone.
 
     Both members sit behind the TGI-protocol server, whose numbers do not depend on what
@@ -147,8 +149,8 @@ async def test_concurrent_requests_equal_the_same_requests_alone(tgi_url):
     """
     llm = SpecEMChatModel(
         members=[
-            Member.tgi(tgi_url, name="cool"),
-            Member.tgi(tgi_url, name="warm", sampling=Sampling(temperature=1.0)),
+            Member.tgi(tiny_tgi_url, name="cool"),
+            Member.tgi(tiny_tgi_url, name="warm", sampling=Sampling(temperature=1.0)),
         ],
         max_tokens=12,
         window=6,
@@ -166,8 +168,8 @@ def provenance(message) -> tuple:
     return message.content, specem["segments"], specem["weights"]
 
 
-async def test_a_tgi_server_without_prefill_logprobs_gets_a_clear_error(tmp_path):
-    with tgi_server(tmp_path, "--no-prefill-logprobs") as (url, _):
+async def test_a_tgi_server_without_prefill_logprobs_gets_a_clear_error(tmp_path, tiny_models):
+    with tgi_server(tmp_path, "--no-prefill-logprobs", model=tiny_models["llama"]) as (url, _):
         llm = SpecEMChatModel(members=[Member.tgi(url, name="a"), "smollm2"], max_tokens=8)
         with pytest.raises(MemberServerError, match="--enable-prefill-logprobs"):
             await llm.ainvoke("Hi")
@@ -190,9 +192,9 @@ async def test_the_wrong_kind_of_server_gets_a_clear_error(llama_url, tgi_url):
         await missing.ainvoke("Hi")
 
 
-async def test_remote_members_refuse_logit_scoring(tgi_url):
+async def test_remote_members_refuse_logit_scoring(tiny_tgi_url):
     llm = SpecEMChatModel(
-        members=[Member.tgi(tgi_url), "smollm2"], policy="paper", scoring="mean_logit"
+        members=[Member.tgi(tiny_tgi_url), "smollm2"], policy="paper", scoring="mean_logit"
     )
     with pytest.raises(RequestError, match="use scoring='mean_logprob'"):
         await llm.ainvoke("Hi")

@@ -39,7 +39,8 @@ err = Console(stderr=True, highlight=False)
 
 
 def fail(message: str) -> typer.Exit:
-    err.print(Text.assemble(("error: ", "bold red"), message))
+    # one line whatever the terminal's width: the terminal wraps it, not rich
+    err.print(Text.assemble(("error: ", "bold red"), message), soft_wrap=True)
     return typer.Exit(2)
 
 

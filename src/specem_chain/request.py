@@ -53,6 +53,13 @@ class RequestSettings(EngineSettings):
         description="Every member's repetition penalty in drafting (1: none); unset keeps "
         "each own.",
     )
+    drafts: int | None = Field(
+        None,
+        ge=1,
+        le=8,
+        description="Candidates every drafting member drafts each round; unset keeps each "
+        "own (Member.sampling.drafts).",
+    )
     answer_timeout: float | None = Field(
         None,
         gt=0,
@@ -69,7 +76,7 @@ class RequestSettings(EngineSettings):
 
     def tuned(self, members: Sequence[Member]) -> list[Member]:
         """The members, with the sampling settings set here (:attr:`temperature`,
-        :attr:`repeat_penalty`) as every one's."""
+        :attr:`repeat_penalty`, :attr:`drafts`) as every one's."""
         overrides = {
             name: value
             for name in Sampling.model_fields

@@ -23,7 +23,7 @@ from specem_chain.evaluation.systems import (
     variant,
 )
 from specem_chain.evaluation.tasks import TASKS, Example
-from specem_chain.members import Member
+from specem_chain.members import Member, Sampling
 
 TASK = TASKS["gsm8k"]
 EXAMPLES = [Example(str(i), i, f"question {i}", str(i)) for i in range(3)]
@@ -151,7 +151,17 @@ def test_recipes_name_what_changes_an_answer():
         == {"sampling": {a.label: a.sampling.model_dump()}, "run_on": False}
     )
     assert Ensemble("x", [a], settings, run_on=True).recipe["run_on"] is True
+    # one member drafting twice a round is an ensemble of its drafts: the rules count
+    twice = Ensemble("specem[drafts=2]", [a], settings, drafts=2)
+    assert twice.recipe["policy"] == "pool" and twice.recipe["sampling"][a.label]["drafts"] == 2
     assert MBR().recipe == Vote(TASK).recipe == {}
+
+
+def test_a_member_alone_drafts_once_a_round_whatever_its_ensemble_does():
+    qwen = Member(source="q.gguf", sampling=Sampling(drafts=2))
+    alone, default = build_systems(["member:q", "specem"], [qwen], TASK, Settings())
+    assert alone.recipe["sampling"]["q"]["drafts"] == 1
+    assert default.recipe["sampling"]["q"]["drafts"] == 2
 
 
 def solos(*texts: str) -> dict[str, Output]:

@@ -23,10 +23,11 @@ EXAMPLES = [Example(str(i), i, f"What is {i} plus {i}?", str(2 * i)) for i in ra
 
 @pytest.fixture(scope="module")
 def recorded(tiny_models, tmp_path_factory):
-    """A run of three tiny members under two policies, rounds recorded."""
+    """A run of three tiny members under two policies, and with two drafts a member a
+    round, rounds recorded."""
     folder = tmp_path_factory.mktemp("run")
     members = [Member(source=str(tiny_models[n])) for n in ("llama", "qwen2", "plain")]
-    names = ["specem-paper", "specem[learning_rate=3]"]
+    names = ["specem-paper", "specem[learning_rate=3]", "specem[drafts=2]"]
     systems = build_systems(names, members, TASK, Settings(seed=1, max_tokens=24, window=4))
     store = ResultStore(folder / "results.jsonl")
     asyncio.run(run(TASK, EXAMPLES, systems, [], store, Console(file=io.StringIO())))
@@ -35,12 +36,12 @@ def recorded(tiny_models, tmp_path_factory):
 
 @pytest.mark.parametrize(
     ("system", "policy"),
-    [("specem-paper", "paper"), ("specem[learning_rate=3]", "pool")],
+    [("specem-paper", "paper"), ("specem[learning_rate=3]", "pool"), ("specem[drafts=2]", "pool")],
 )
 def test_the_recorded_policy_reproduces_every_choice_and_weight(recorded, system, policy):
     answers = replay.load(recorded, system)
     assert len(answers) == 3 and all(a.rounds for a in answers)
-    learning_rate = 3.0 if policy == "pool" else 1.0
+    learning_rate = 3.0 if "learning_rate" in system else 1.0
     again = replay.replay(
         answers, EngineConfig(policy=policy, learning_rate=learning_rate).round_policy()
     )
@@ -81,3 +82,10 @@ def test_replaying_what_was_not_recorded_is_a_clear_error(recorded, tmp_path):
     assert result.exit_code == 2 and "has no rounds of 'mbr'" in result.output
     result = CliRunner().invoke(app, ["replay", str(tmp_path)])
     assert result.exit_code == 2 and "does not exist" in " ".join(result.output.split())
+
+
+def test_a_member_that_drafts_twice_offers_two_candidates_a_round(recorded):
+    answers = replay.load(recorded, "specem[drafts=2]")
+    sizes = [len(r.drafters) for a in answers for r in a.rounds]
+    assert max(sizes) > 3  # more candidates than members: some member offered two
+    assert all(len(r.drafters) <= 6 for a in answers for r in a.rounds)

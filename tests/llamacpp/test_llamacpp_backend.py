@@ -79,9 +79,9 @@ async def test_a_request_reads_each_token_once(reads):
     assert sum(reads) == len(session.ids) + draft.tokens - 1  # the last one predicts nothing
     reads.clear()
     candidates = [Segment(" 48 clips"), Segment(" 72")]
-    assert session.drafted is not None  # not the draft's start, so each must be read
+    [(drafted, _)] = session.drafted  # not the draft's start, so each must be read
     sequences = [session._candidate(c)[1] for c in candidates]
-    assert all(seq[:1] != session.drafted[0][:1] for seq in sequences)
+    assert all(seq[:1] != drafted[:1] for seq in sequences)
     await session.score(candidates, "mean_logprob")
     # per candidate: the context's last token (for its logits), then the candidate's tokens
     # but the last
@@ -97,8 +97,7 @@ async def test_the_own_draft_is_scored_from_the_logits_it_was_drawn_from(reads):
     backend = loaded(SMOLLM2)
     session = await backend.open(QUESTION)
     draft = await session.draft(8, Sampling(), 0)
-    assert session.drafted is not None
-    tokens = session.drafted[0]
+    [(tokens, _)] = session.drafted
     own = Segment(draft.text, draft.finished)
     cut = Segment(session._decode(tokens[:2]), finished=True)  # cut short, then ended
     assert session._candidate(cut) == (len(session.ids), [*tokens[:2], backend.turn_end])
@@ -113,7 +112,25 @@ async def test_the_own_draft_is_scored_from_the_logits_it_was_drawn_from(reads):
     # differently (measured: 0.04 on a -13 score, 0.005 on the rest)
     assert scores == pytest.approx(expected, rel=0.01, abs=0.02)
     await session.accept(other)
-    assert session.drafted is None
+    assert session.drafted == []
+    for s in (session, fresh):
+        await s.aclose()
+
+
+async def test_two_drafts_of_one_round_are_each_scored_from_their_own_logits(reads):
+    backend = loaded(SMOLLM2)
+    session = await backend.open(QUESTION)
+    hot = Sampling(temperature=1.0, top_p=1.0)
+    drafts = [await session.draft(8, hot, seed) for seed in (1, 2)]
+    assert drafts[0].text != drafts[1].text and len(session.drafted) == 2
+    own = [Segment(d.text, d.finished) for d in drafts]
+    other = Segment(" Something else entirely")
+    reads.clear()
+    scores = [s.mean for s in await session.score([*own, other], "mean_logprob")]
+    assert sum(reads) == len(session._candidate(other)[1])  # only the other candidate is read
+    fresh = await backend.open(QUESTION)
+    expected = [s.mean for s in await fresh.score([*own, other], "mean_logprob")]
+    assert scores == pytest.approx(expected, rel=0.01, abs=0.02)
     for s in (session, fresh):
         await s.aclose()
 

@@ -199,3 +199,43 @@ def test_per_byte_policies_refuse_raw_logit_scoring():
     with pytest.raises(ValueError, match="needs scoring='mean_logprob'"):
         EngineConfig(policy="pool", scoring="mean_logit")
     assert EngineConfig(policy="paper", scoring="mean_logit").round_policy() is not None
+
+
+def test_a_members_two_candidates_are_each_compared_with_its_rivals_never_with_each_other():
+    # member 0 drafted candidates 0 and 1, member 1 candidate 2; one token and byte each
+    def case(l1_of_second: float) -> Verification:
+        means = ((-0.2, -0.4, -3.0), (-1.0, l1_of_second, -0.1))
+        return Verification(2, (0, 0, 1), (0, 1), means, ((1, 1, 1), (1, 1, 1)), (1, 1, 1))
+
+    # first vs rival: 1 concedes 0.9 to it, 0 concedes 2.8 to the rival's: the first wins;
+    # second vs rival: 1 concedes 4.9, 0 concedes 2.6: the rival wins
+    split = case(-5.0)
+    assert peer_rewards(per_unit(split), split.verifiers, split.drafters, 2) == [0.5, 0.5]
+    both = case(-1.0)
+    assert peer_rewards(per_unit(both), both.verifiers, both.drafters, 2) == [1.0, 0.0]
+
+
+@given(verifications(min_k=2, max_k=4), st.data())
+def test_a_repeated_candidate_of_one_member_leaves_the_rewards_as_they_were(v, data):
+    """A member's second candidate that equals its first (the same scores from every
+    verifier) gives it the same comparisons twice: the same share of wins."""
+    i = data.draw(st.integers(0, v.members - 1))
+    twice = Verification(
+        v.members,
+        (*v.drafters, i),
+        v.verifiers,
+        tuple((*row, row[i]) for row in v.means),
+        tuple((*row, row[i]) for row in v.tokens),
+        (*v.units, v.units[i]),
+    )
+    once = peer_rewards(per_unit(v), v.verifiers, v.drafters, v.members)
+    again = peer_rewards(per_unit(twice), twice.verifiers, twice.drafters, twice.members)
+    assert again[i] == pytest.approx(once[i])
+
+
+@pytest.mark.parametrize("policy", [Pool(), Peer()])
+def test_one_member_with_two_drafts_takes_the_one_it_finds_likelier_per_byte(policy):
+    # 3 tokens of -0.5 over 4 bytes against 2 tokens of -1.0 over 4 bytes
+    v = Verification(1, (0, 0), (0,), ((-0.5, -1.0),), ((3, 2),), (4, 4))
+    judged = policy.judge(v, [1.0], 1)
+    assert judged.winner == 0 and judged.rewards == [None] and judged.weights == [1.0]

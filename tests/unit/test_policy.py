@@ -463,3 +463,11 @@ def test_select_single_verifier_picks_its_best(row, weight):
     (normed,) = normalise([row])
     weighted = [weight * x for x in normed]  # as select sees them, rounding included
     assert select([normed], [weight]) == weighted.index(max(weighted))
+
+
+def test_rewards_count_the_pairs_of_each_of_a_members_candidates():
+    # member 0 drafted candidates 0 and 1, member 1 candidate 2
+    matrix = [[0.5, 0.1, 0.4], [0.35, 0.35, 0.3]]
+    # member 0, in verifier 1's eyes: both its candidates >= the rival's (2 of 2 pairs);
+    # member 1, in verifier 0's eyes: its candidate >= the second, not the first (1 of 2)
+    assert rewards(matrix, verifiers=(0, 1), drafters=(0, 0, 1), members=2) == [1.0, 0.5]

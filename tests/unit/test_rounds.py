@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 from scripted import ScriptedSession, events, likes, seat
 
-from specem_chain.engine import AnswerFormat
+from specem_chain.engine import AnswerFormat, Seat
 from specem_chain.engine.answer_text import AnswerText
 from specem_chain.engine.loop import round_seed
 from specem_chain.engine.rounds import REDRAFTS
-from specem_chain.engine.types import Draft, Segment
+from specem_chain.engine.types import Draft, Sampling, Segment
 from specem_chain.errors import AnswerFormatError, EnsembleError
 
 
@@ -137,3 +137,32 @@ async def test_a_round_event_carries_what_the_verifiers_said():
     assert v.means == ((-0.5, -2.0), (-1.0, -0.25))
     assert v.units == (3, 2) and v.tokens == ((3, 2), (3, 2))
     assert set(first.rewards) == {"a", "b"}
+
+
+async def test_a_member_with_two_drafts_offers_both_and_its_verifier_picks_the_likelier():
+    # one member alone: with two drafts a round is verified, and its own scores choose
+    a = ScriptedSession("a", [" plain", " likely", Draft("", 1, True)], likes("likely"))
+    rounds = await events(Seat("a", a, Sampling(drafts=2)))
+    first = rounds[0]
+    assert [c.text for c in first.candidates] == [" plain", " likely"]
+    assert first.verified and first.segment == " likely"
+    assert first.verification is not None and first.verification.drafters == (0, 0)
+    # the first draft has the seed a single draft has; the second a seed of its own
+    assert a.seeds[:2] == [round_seed(0, 1, 0, 0), round_seed(0, 1, 0, REDRAFTS)]
+    assert first.drafted_tokens == {"a": 2}
+
+
+async def test_a_members_identical_drafts_are_one_candidate():
+    a = ScriptedSession("a", [" same", " same", Draft("", 1, True)])
+    b = ScriptedSession("b", [" other", Draft("", 1, True)])
+    first = (await events(Seat("a", a, Sampling(drafts=2)), b))[0]
+    assert [(c.member, c.text) for c in first.candidates] == [("a", " same"), ("b", " other")]
+
+
+async def test_one_draft_a_round_is_unchanged_by_the_drafts_setting():
+    # drafts=1 (the default) gives the seeds and candidates one draft always had
+    a = ScriptedSession("a", [" x", Draft("", 1, True)])
+    b = ScriptedSession("b", [" y", Draft("", 1, True)])
+    rounds = await events(Seat("a", a, Sampling(drafts=1)), b)
+    assert a.seeds[0] == round_seed(0, 1, 0, 0) and b.seeds[0] == round_seed(0, 1, 1, 0)
+    assert [c.member for c in rounds[0].candidates] == ["a", "b"]

@@ -330,14 +330,14 @@ class LlamaCppSession(LocalSession):
         self.saved: SavedState | None = None
         self.slot: Slot | None = None
         """Its sequence in a batching model's context."""
-        self.drafted: tuple[list[int], Logits] | None = None
-        """This round's draft: its tokens and the logits each was sampled from (one row
-        more when it ended the turn). A candidate that starts as the draft does is scored
-        from these rows instead of being read again."""
+        self.drafted: list[tuple[list[int], Logits]] = []
+        """This round's drafts: the tokens of each and the logits each token was sampled
+        from (one row more when it ended the turn). A candidate that starts as a draft does
+        is scored from these rows instead of being read again."""
 
     async def accept(self, segment: Segment) -> int:
         """Append the segment to the context; the next call reads it into the cache."""
-        self.drafted = None
+        self.drafted = []
         return self._grow(segment)[1]
 
     async def aclose(self) -> None:
@@ -367,7 +367,8 @@ class LlamaCppSession(LocalSession):
                 room=backend.max_context - len(self.ids),
                 run_on=run_on,
             )
-        self.drafted = (tokens, np.stack(rows)) if rows else None
+        if rows:
+            self.drafted.append((tokens, np.stack(rows)))
         return self._finish(tokens, finished, at_boundary)
 
     def _score(self, candidates: Sequence[Segment], scoring: Scoring) -> list[Score]:
@@ -384,15 +385,15 @@ class LlamaCppSession(LocalSession):
         return scores
 
     def _drafted_logits(self, start: int, seq: list[int]) -> Logits | None:
-        """The draft's logits that predict ``seq``, if it starts after the context and all
-        but its last token are the draft's first tokens (as for this member's own
-        candidate, whole or cut)."""
-        if self.drafted is None or start != len(self.ids):
+        """A draft's logits that predict ``seq``, if it starts after the context and all
+        but its last token are that draft's first tokens (as for this member's own
+        candidates, whole or cut)."""
+        if start != len(self.ids):
             return None
-        tokens, rows = self.drafted
-        if len(seq) > len(rows) or seq[:-1] != tokens[: len(seq) - 1]:
-            return None
-        return rows[: len(seq)]
+        for tokens, rows in self.drafted:
+            if len(seq) <= len(rows) and seq[:-1] == tokens[: len(seq) - 1]:
+                return rows[: len(seq)]
+        return None
 
 
 def mean_score(logits: Logits, targets: Sequence[int], scoring: Scoring) -> float:

@@ -92,21 +92,20 @@ def rewards(
     by member ``drafters[k]``. A member's wins count the pairs (verifier j, rival candidate k)
     with neither drafted nor verified by itself where its own candidate scores at least as
     high as the rival: ``wins_i = #{(j, k): j != i, k != i, S[j, i] >= S[j, k]}``, floored at
-    one and divided by the number of such pairs, so rewards lie in (0, 1].
+    one and divided by the number of such pairs, so rewards lie in (0, 1]. A member that
+    drafted several candidates counts the pairs of each.
 
     A member with no candidate, or with no other verifier and no rival candidate to be
     judged against, has no reward (``None``). The result has one entry per member.
     """
-    result: list[float | None] = [None] * members
+    wins = [0] * members
+    pairs = [0] * members
     for ki, i in enumerate(drafters):
         rows = [j for j, v in enumerate(verifiers) if v != i]
         rivals = [k for k, d in enumerate(drafters) if d != i]
-        pairs = len(rows) * len(rivals)
-        if pairs == 0:
-            continue
-        wins = sum(1 for j in rows for k in rivals if matrix[j][ki] >= matrix[j][k])
-        result[i] = max(wins, 1) / pairs
-    return result
+        pairs[i] += len(rows) * len(rivals)
+        wins[i] += sum(1 for j in rows for k in rivals if matrix[j][ki] >= matrix[j][k])
+    return [max(w, 1) / p if p else None for w, p in zip(wins, pairs)]
 
 
 def hedge_step(
@@ -211,7 +210,7 @@ def peer_rewards(
     drafters: Sequence[int],
     members: int,
 ) -> list[float | None]:
-    """Each drafter's share of the pairwise comparisons its candidate wins, judged so that
+    """Each drafter's share of the pairwise comparisons its candidates win, judged so that
     no verifier ever compares its own draft (ties count half; no floor).
 
     Candidates ``a`` and ``b`` (drafted by ``i`` and ``k``) are compared by every verifier
@@ -220,30 +219,27 @@ def peer_rewards(
     less to ``a`` than ``i`` concedes to ``b``, ``l[k][a] - l[k][b] > l[i][b] - l[i][a]``
     (each judges the other's draft against its own, so their self-preference cancels).
     With two members this is the only comparison: the reward is 1 for the draft the two
-    verifiers together give the higher per-byte log-prob, 0 for the other. A member with no
-    candidate, or no comparison, has no reward (None).
+    verifiers together give the higher per-byte log-prob, 0 for the other. Two candidates
+    of one member are not compared (it would win and lose the comparison itself). A member
+    with no candidate, or no comparison, has no reward (None).
     """
     row = {seat: j for j, seat in enumerate(verifiers)}
-    won = [0.0] * len(drafters)
-    held = [0] * len(drafters)
+    won = [0.0] * members
+    held = [0] * members
     for a, i in enumerate(drafters):
         for b, k in enumerate(drafters):
-            if b <= a:
+            if b <= a or i == k:
                 continue
             margins = [ell[j][a] - ell[j][b] for seat, j in row.items() if seat not in (i, k)]
             if i in row and k in row:
                 margins.append(ell[row[k]][a] - ell[row[k]][b] - ell[row[i]][b] + ell[row[i]][a])
             for margin in margins:
                 share = 1.0 if margin > 0 else 0.0 if margin < 0 else 0.5
-                won[a] += share
-                won[b] += 1.0 - share
-                held[a] += 1
-                held[b] += 1
-    result: list[float | None] = [None] * members
-    for c, seat in enumerate(drafters):
-        if held[c]:
-            result[seat] = won[c] / held[c]
-    return result
+                won[i] += share
+                won[k] += 1.0 - share
+                held[i] += 1
+                held[k] += 1
+    return [w / h if h else None for w, h in zip(won, held)]
 
 
 POOL_STEP = 0.25
@@ -290,7 +286,7 @@ class Peer(Pool):
 
     def judge(self, v: Verification, weights: Sequence[float], round_index: int) -> Judgement:
         judged = Pool.judge(self, v, weights, round_index)
-        thirds = any(seat not in v.drafters for seat in v.verifiers) or len(v.drafters) > 2
+        thirds = any(seat not in v.drafters for seat in v.verifiers) or len(set(v.drafters)) > 2
         if not thirds:
             equal = Pool.judge(self, v, [1.0] * len(weights), round_index)
             return replace(judged, winner=equal.winner)

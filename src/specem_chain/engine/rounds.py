@@ -6,7 +6,7 @@ and :class:`AnswerText` (the answer so far), so each can be tested with scripted
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 
@@ -51,45 +51,49 @@ async def draft_round(
     round_index: int,
     run_on: bool = False,
 ) -> Drafted:
-    """Every live drafter drafts (``seed(seat, attempt)``), but those resting; drafts are
-    cleaned at their last word boundary and shaped by the answer format. A round where no
-    candidate could move the answer on is redrafted, up to :data:`REDRAFTS` times."""
+    """Every live drafter drafts its :attr:`~.types.Sampling.drafts` candidates, but those
+    resting; drafts are cleaned at their last word boundary and shaped by the answer
+    format. A round where no candidate could move the answer on is redrafted, up to
+    :data:`REDRAFTS` times."""
     seats = roster.seats
 
-    def draft(attempt: int, i: int) -> Awaitable[Draft]:
-        return seats[i].session.draft(window, seats[i].sampling, seed(i, attempt), run_on)
+    async def draft(attempt: int, i: int) -> list[Draft]:
+        # A seat's drafts come one after another from its one session. The first has the
+        # seed a single draft has (seed(seat, attempt)), the others seeds of their own.
+        session, sampling = seats[i].session, seats[i].sampling
+        return [
+            await session.draft(window, sampling, seed(i, attempt + k * REDRAFTS), run_on)
+            for k in range(sampling.drafts)
+        ]
 
     tokens: dict[str, int] = {}
     for attempt in range(REDRAFTS):
-        # asked again each attempt: when every drafter was dropped, a resting one drafts
+        # asked again each attempt: when every drafter was dropped, a resting one drafts again
         drafting = roster.drafters()
         for i in drafting:
             tokens.setdefault(seats[i].name, 0)
-        drafts = await roster.call(drafting, partial(draft, attempt))
+        drafted = await roster.call(drafting, partial(draft, attempt))
         resting = tuple(seats[i].name for i in sorted(roster.resting & roster.alive))
-        for i, d in drafts.items():
+        drafts = [(i, d) for i, each in drafted.items() for d in each]
+        for i, d in drafts:
             tokens[seats[i].name] += d.tokens
-        cleaned = [
-            Segment(clean_boundary(d.text, d.finished or d.at_boundary), d.finished)
-            for d in drafts.values()
-        ]
-        shaped = [shape.shape(answer.text, segment) for segment in cleaned]
-        if all(s is None for s in shaped):  # no whole candidate fits: keep what each can
-            shaped = [shape.shape_start(answer.text, segment) for segment in cleaned]
+        shaped = _shaped([d for _, d in drafts], shape, answer)
         candidates = [
             Candidate(seats[i].name, s.text if s else "", s.finished if s else False, d.tokens)
-            for (i, d), s in zip(drafts.items(), shaped)
+            for (i, d), s in zip(drafts, shaped)
         ]
-        # A candidate with no text that does not end the turn would accept nothing.
-        live = [k for k, c in enumerate(candidates) if c.text or c.finished]
+        # A candidate with no text that does not end the turn would accept nothing, and
+        # one that repeats an earlier one of the same member would be scored twice alike.
+        live, seen = [], set()
+        for k, ((i, _), c) in enumerate(zip(drafts, candidates)):
+            if (c.text or c.finished) and (i, c.text, c.finished) not in seen:
+                seen.add((i, c.text, c.finished))
+                live.append(k)
         if live:
-            drafters = list(drafts)
             return Drafted(
-                [candidates[k] for k in live], [drafters[k] for k in live], tokens, resting
+                [candidates[k] for k in live], [drafts[k][0] for k in live], tokens, resting
             )
-    rejected = [
-        f"{seats[i].name}: {d.text!r}" for (i, d), s in zip(drafts.items(), shaped) if s is None
-    ]
+    rejected = [f"{seats[i].name}: {d.text!r}" for (i, d), s in zip(drafts, shaped) if s is None]
     if rejected and (written := shape.fallback(answer.text)) is not None:
         # the members went astray where the format leaves one way on: the format writes it
         fallback = Candidate(
@@ -106,6 +110,20 @@ async def draft_round(
         f"round {round_index}: every member drafted an empty segment {REDRAFTS} times; the "
         "members cannot continue this answer"
     )
+
+
+def _shaped(
+    drafts: Sequence[Draft], shape: AnswerFormat, answer: AnswerText
+) -> list[Segment | None]:
+    """The drafts cleaned at their last word boundary and shaped by the answer format
+    (None: the format rejects it); when it rejects every whole draft, what each can keep."""
+    cleaned = [
+        Segment(clean_boundary(d.text, d.finished or d.at_boundary), d.finished) for d in drafts
+    ]
+    shaped = [shape.shape(answer.text, segment) for segment in cleaned]
+    if all(s is None for s in shaped):
+        shaped = [shape.shape_start(answer.text, segment) for segment in cleaned]
+    return shaped
 
 
 async def verify_round(roster: Roster, drafted: Drafted, config: EngineConfig) -> Verification:

@@ -32,6 +32,13 @@ class Sampling(BaseModel):
         "REPEAT_LAST_N tokens of the context and draft is divided by it (multiplied when "
         "negative) before sampling; 1 turns it off. Servers apply their own: Guides -> Tuning.",
     )
+    drafts: int = Field(
+        1,
+        ge=1,
+        le=8,
+        description="Candidates the member drafts each round, one after another from the "
+        "same context, each with a seed of its own; the verifiers choose among all of them.",
+    )
 
 
 REPEAT_LAST_N = 64

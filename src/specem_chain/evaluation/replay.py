@@ -78,7 +78,12 @@ def answer_of(record: Mapping[str, Any]) -> RecordedAnswer:
     parsed = []
     for r in rounds:
         drafters = tuple(c["member"] for c in r["candidates"])
-        winner = drafters.index(r["member"])
+        # the winning member's candidate with the accepted text (a member may draft several)
+        winner = next(
+            k
+            for k, c in enumerate(r["candidates"])
+            if (c["member"], c["text"]) == (r["member"], r["text"])
+        )
         v = r.get("verification")
         verification = None
         if v is not None:

@@ -76,11 +76,16 @@ def member_system_name(member: Member) -> str:
     return f"member:{member.label}"
 
 
+def alone(member: Member) -> Member:
+    """The member as it answers alone: one draft a round, as the model decodes by itself."""
+    return member.model_copy(update={"sampling": member.sampling.model_copy(update={"drafts": 1})})
+
+
 SHARED = frozenset({"seed", "max_tokens", "window", "stop"})
 """Loop settings every system of a run shares (``run.json`` has them), or sets per example."""
 ALONE = frozenset({"run_on"})
-"""The loop settings that change a member's answer alone: every round accepts its draft, so
-only how it drafts matters."""
+"""The loop settings that change a member's answer alone (one draft a round): every round
+accepts its draft, so only how it drafts matters."""
 
 
 class Ensemble:
@@ -107,9 +112,10 @@ class Ensemble:
 
     @property
     def recipe(self) -> dict[str, Any]:
-        sampling = {m.label: m.sampling.model_dump() for m in self.request.tuned(self.members)}
+        tuned = self.request.tuned(self.members)
+        sampling = {m.label: m.sampling.model_dump() for m in tuned}
         loop = self.request.engine_config().model_dump(exclude=SHARED)
-        if len(self.members) == 1:
+        if len(tuned) == 1 and tuned[0].sampling.drafts == 1:  # a member alone
             return {"sampling": sampling, **{k: loop[k] for k in sorted(ALONE)}}
         return {"sampling": sampling, **loop, "feedback": self.feedback is not None}
 
@@ -284,7 +290,7 @@ def build_systems(
             f"unknown systems {unknown} for task {task.name}; choose from {valid} or a "
             "variant such as specem[policy=pool,feedback=task]"
         )
-    solo = {member_system_name(m): m for m in members}
+    solo = {member_system_name(m): alone(m) for m in members}
     systems: list[System] = []
     for name in names:
         options = variant(name)

@@ -16,6 +16,7 @@ from specem_chain.engine.constraints import (
     LastKey,
     ToolCallAnswer,
     fits_schema,
+    json_fits,
     scan_json,
 )
 from specem_chain.engine.types import Draft, Segment
@@ -235,28 +236,44 @@ MAGIC = {
 
 
 @pytest.mark.parametrize(
-    ("value", "complete", "fits"),
+    ("value", "open_path", "fits"),
     [
-        ({"input": 3}, True, True),
-        ({"input": 3, "note": None}, True, True),
-        ({}, False, True),
-        ({}, True, False),  # a required key is missing
-        ({"input": {}}, False, False),  # the schema's own text echoed as the value
-        ({"type": "integer"}, False, False),  # a key the schema does not name
-        ({"input": True}, False, False),  # a boolean is not an integer
-        ({"input": 3, "note": 4}, False, False),
-        ([], False, False),
+        ({"input": 3}, None, True),
+        ({"input": 3, "note": None}, None, True),
+        ({}, (), True),
+        ({}, None, False),  # a required key is missing
+        ({"input": {}}, (), False),  # the schema's own text echoed as the value
+        ({"type": "integer"}, (), False),  # a key the schema does not name
+        ({"input": True}, (), False),  # a boolean is not an integer
+        ({"input": 3, "note": 4}, (), False),
+        ([], (), False),
     ],
 )
-def test_fits_schema(value, complete, fits):
-    assert fits_schema(value, MAGIC, complete=complete) is fits
+def test_fits_schema(value, open_path, fits):
+    assert fits_schema(value, MAGIC, open_path=open_path) is fits
+
+
+CALL = {"type": "object", "properties": {"name": {}, "arguments": MAGIC}}
+
+
+@pytest.mark.parametrize(
+    ("text", "fits"),
+    [
+        ('{"name": "f", "arguments": {', True),  # the arguments are still open
+        ('{"name": "f", "arguments": {}', False),  # closed without the required "input"
+        ('{"name": "f", "arguments": {"input": 3}', True),
+        ('{"name": "f", "arguments": {"input": 3}}', True),
+    ],
+)
+def test_an_inner_object_closed_without_a_required_key_does_not_fit(text, fits):
+    assert json_fits(text, scan_json(text), CALL) is fits
 
 
 def test_additional_properties_and_unknown_schemas_pass():
     assert fits_schema(
-        {"x": 1}, {**MAGIC, "required": [], "additionalProperties": True}, complete=True
+        {"x": 1}, {**MAGIC, "required": [], "additionalProperties": True}, open_path=None
     )
-    assert fits_schema({"x": [1]}, {"properties": {"x": {"$ref": "#/$defs/X"}}}, complete=True)
+    assert fits_schema({"x": [1]}, {"properties": {"x": {"$ref": "#/$defs/X"}}}, open_path=None)
 
 
 @pytest.mark.parametrize(
@@ -345,21 +362,25 @@ TWO_TOOLS = ToolCallAnswer({"magic_function": SCHEMA, "get_weather": SCHEMA})
 
 
 @pytest.mark.parametrize(
-    ("answer", "forced"),
+    ("answer", "choices"),
     [
-        ('<tool_call>\n{"name": "ma', 'gic_function", "arguments": {'),
-        ('<tool_call>\n{"name": "get_weather', '", "arguments": {'),
-        ('<tool_call>\n{"name": "', None),  # either tool: the members choose
-        ('<tool_call>\n{"name": "x', None),  # no tool's name: nothing fits
-        ('<tool_call>\n{"name": "get_weather"', None),  # the name is closed
-        ('<tool_call>\n{"name": "get_weather", "arguments": {"a', None),  # past the name
-        ("", None),
+        ('<tool_call>\n{"name": "ma', ('gic_function", "arguments": {',)),
+        ('<tool_call>\n{"name": "get_weather', ('", "arguments": {',)),
+        # either tool: both are offered, for the verifiers to choose
+        (
+            '<tool_call>\n{"name": "',
+            ('magic_function", "arguments": {', 'get_weather", "arguments": {'),
+        ),
+        ('<tool_call>\n{"name": "x', ()),  # no tool's name: nothing fits
+        ('<tool_call>\n{"name": "get_weather"', ()),  # the name is closed
+        ('<tool_call>\n{"name": "get_weather", "arguments": {"a', ()),  # past the name
+        ("", ()),
     ],
 )
-def test_a_name_one_tool_can_complete_is_forced(answer, forced):
-    assert TWO_TOOLS.forced(answer) == forced
+def test_the_format_offers_every_tool_name_that_completes_the_written_one(answer, choices):
+    assert TWO_TOOLS.choices(answer) == choices
     either = EitherAnswer((JsonObjectAnswer(SCHEMA), TWO_TOOLS))
-    assert either.forced(answer) == forced
+    assert either.choices(answer) == choices
 
 
 async def test_when_no_draft_fits_the_format_writes_the_one_name_that_fits():
@@ -378,3 +399,52 @@ async def test_when_no_draft_fits_the_format_writes_the_one_name_that_fits():
     assert "".join(e.text for e in rounds) == f"<tool_call>\n{call}\n</tool_call>"
     assert [c.source for c in rounds[1].candidates] == ["format"]
     assert 'gic_function", "arguments": {' in a.accepted and a.accepted == b.accepted
+
+
+async def test_when_no_draft_fits_and_two_names_do_the_verifiers_choose_between_them():
+    """Every draft names no tool at all (the only member drafts twice, both astray): the
+    format offers both names, and the verifiers' scores pick one."""
+    from scripted import ScriptedSession, events, likes
+
+    from specem_chain.engine import Seat
+    from specem_chain.engine.types import Sampling
+
+    rest = Draft('"a": 1, "b": 2}}\n</tool_call>', 1, True)
+    astray = Draft('hello", "arguments": {', 1, False, at_boundary=True)
+    a = ScriptedSession("a", [astray] * 6 + [rest], likes("get_weather"))
+    shape = AnswerFormat('<tool_call>\n{"name": "', TWO_TOOLS)
+    rounds = await events(Seat("a", a, Sampling(drafts=2)), answer_format=shape)
+    offered = rounds[0].candidates
+    assert [c.source for c in offered] == ["format", "format"] and rounds[0].verified
+    assert [c.text for c in offered] == [
+        'magic_function", "arguments": {',
+        'get_weather", "arguments": {',
+    ]
+    assert rounds[0].segment == 'get_weather", "arguments": {'
+    call = '{"name": "get_weather", "arguments": {"a": 1, "b": 2}}'
+    assert "".join(e.text for e in rounds) == f"<tool_call>\n{call}\n</tool_call>"
+
+
+@pytest.mark.parametrize(
+    ("answer", "choices"),
+    [
+        ("{", ('"a": ', '"b": ')),
+        ('{"a": 1,', ('"b": ',)),  # a key is not written twice
+        ('{"a": 1', ()),  # a value ends here: no key may start
+        ('{"a": ', ()),
+    ],
+)
+def test_where_a_key_may_start_the_format_offers_each_key_that_fits(answer, choices):
+    assert JsonObjectAnswer(SCHEMA).choices(answer) == choices
+
+
+def test_a_calls_arguments_are_offered_the_keys_of_its_tool():
+    call = '<tool_call>\n{"name": "magic_function", "arguments": {'
+    assert TWO_TOOLS.choices(call) == ('"a": ', '"b": ')
+    assert TWO_TOOLS.choices(call + '"a": 1, ') == ('"b": ',)
+    assert TWO_TOOLS.choices(call + '"a": 1') == ()
+
+
+def test_an_object_that_repeats_a_key_is_refused():
+    assert not scan_json('{"a": 1, "a"').valid
+    assert scan_json('{"a": {"a": 1}, "b": [{"a": 2}, {"a": 3}]}').valid  # other objects

@@ -77,7 +77,7 @@ def test_two_members_rewards_are_not_constant(v):
     ell = per_unit(v)
     rewards = peer_rewards(ell, v.verifiers, v.drafters, 2)
     margin = ell[0][0] + ell[1][0] - ell[0][1] - ell[1][1]
-    assume(margin != 0)
+    assume(abs(margin) > 1e-9)  # a tie summed in another order may round either way
     assert rewards == ([1.0, 0.0] if margin > 0 else [0.0, 1.0])
 
 

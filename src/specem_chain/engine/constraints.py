@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -60,18 +61,17 @@ class AnswerFormat:
         """``segment`` as it may be accepted after ``answer``, or None."""
         return segment if self.constraint is None else self.constraint(answer, segment)
 
-    def fallback(self, answer: str) -> Segment | None:
-        """What the format writes itself in a round where no member's candidate fits it:
-        a finished segment that closes ``answer`` when the members wrote all the format
-        needs and then went astray (a key the schema does not have, say); else the text the
-        format allows next and nothing else (the rest of the one tool name that fits what
-        is written, and the start of its arguments). None if there is neither."""
+    def fallback(self, answer: str) -> list[Segment]:
+        """What the format offers itself in a round where no member's candidate fits it: a
+        finished segment that closes ``answer`` when the members wrote all the format needs
+        and then went astray (a key the schema does not have, say); else each way on that
+        the format knows (the rest of every tool name that fits what is written, with the
+        start of its arguments), for the verifiers to choose from. Empty if there is none."""
         closing = getattr(self.constraint, "closing", None)
         if (text := closing(answer) if closing else None) is not None:
-            return Segment(text, finished=True)
-        forced = getattr(self.constraint, "forced", None)
-        text = forced(answer) if forced else None
-        return None if text is None else Segment(text)
+            return [Segment(text, finished=True)]
+        choices = getattr(self.constraint, "choices", None)
+        return [Segment(text) for text in choices(answer)] if choices else []
 
     def shape_start(self, answer: str, segment: Segment) -> Segment | None:
         """The longest non-empty start of ``segment`` (unfinished) that may be accepted after
@@ -97,6 +97,9 @@ class JsonScan:
     closers: str | None = None
     """When the text is incomplete and stops where its open containers may close (after
     a value, or just inside an empty one): the brackets that close them."""
+    open_path: tuple[str | None, ...] = ()
+    """When the text is incomplete: where its innermost open container is, a key per
+    enclosing object and None per enclosing array (every other container is closed)."""
 
 
 @dataclass(frozen=True)
@@ -115,10 +118,13 @@ _INVALID = JsonScan(False, None)
 
 
 def scan_json(text: str) -> JsonScan:
-    """Scan ``text`` as a JSON document (RFC 8259), stopping where its top-level value ends."""
+    """Scan ``text`` as a JSON document (RFC 8259), stopping where its top-level value ends.
+    An object that repeats a key is refused: RFC 8259 leaves its meaning to the reader."""
     # one function: a state machine over the characters, whose states share these variables
     stack: list[str] = []  # open containers, "{" or "["
     keys: list[str | None] = []  # per open container: its latest key (None in arrays)
+    written: list[set[str]] = []  # per open container: its keys as written (none in arrays)
+    key_start = 0  # where the object key being scanned starts
     key = ""  # the object key being scanned
     state = "value"  # what may come next: a state below, a string state or a number state
     in_key = False  # the string being scanned is an object key
@@ -137,7 +143,10 @@ def scan_json(text: str) -> JsonScan:
             if char == '"':
                 state = "colon" if in_key else "after_value"
                 if in_key:
+                    if text[key_start:i] in written[-1]:
+                        return _INVALID
                     keys[-1] = key
+                    written[-1].add(text[key_start:i])
             elif char == "\\":
                 state = "escape"
             elif char < " ":
@@ -167,10 +176,12 @@ def scan_json(text: str) -> JsonScan:
             if char in "{[":
                 stack.append(char)
                 keys.append(None)
+                written.append(set())
                 state = "key_or_close" if char == "{" else "value_or_close"
             elif char == "]" and state == "value_or_close":
                 stack.pop()
                 keys.pop()
+                written.pop()
                 state = "after_value"
             elif not stack:
                 return _INVALID  # a top-level scalar
@@ -184,10 +195,11 @@ def scan_json(text: str) -> JsonScan:
                 return _INVALID
         elif state in ("key", "key_or_close"):  # after "," in an object, after "{"
             if char == '"':
-                state, in_key, key = "string", True, ""
+                state, in_key, key, key_start = "string", True, "", i + 1
             elif char == "}" and state == "key_or_close":
                 stack.pop()
                 keys.pop()
+                written.pop()
                 state = "after_value"
             else:
                 return _INVALID
@@ -200,21 +212,22 @@ def scan_json(text: str) -> JsonScan:
         elif char == _CLOSERS[stack[-1]]:
             stack.pop()
             keys.pop()
+            written.pop()
         else:
             return _INVALID
         if state == "after_value" and not stack:
             return JsonScan(True, i + 1)
     closable = state in ("after_value", "key_or_close", "value_or_close") or state in _NUMBER_ENDS
     closers = "".join(_CLOSERS[c] for c in reversed(stack)) if closable else None
-    if not stack or stack[-1] != "{":
-        return JsonScan(True, None, closers=closers)
     path = tuple(keys[:-1])
+    if not stack or stack[-1] != "{":
+        return JsonScan(True, None, closers=closers, open_path=path)
     if state in ("string", "escape", "unicode") and in_key:
-        return JsonScan(True, None, LastKey(path, key, closed=False))
+        return JsonScan(True, None, LastKey(path, key, closed=False), open_path=path)
     if state == "key":  # after a comma: a key must follow
-        return JsonScan(True, None, LastKey(path, "", closed=False))
+        return JsonScan(True, None, LastKey(path, "", closed=False), open_path=path)
     last = None if keys[-1] is None else LastKey(path, keys[-1], True)
-    return JsonScan(True, None, last, closers)
+    return JsonScan(True, None, last, closers, path)
 
 
 def _scan_object(text: str) -> JsonScan:
@@ -230,6 +243,32 @@ def _cut(answer: str, segment: Segment, end: int) -> Segment:
 def _open(segment: Segment) -> Segment | None:
     """``segment`` when the answer stays incomplete after it: it must not end the turn."""
     return None if segment.finished else segment
+
+
+def property_names(schema: dict[str, Any]) -> tuple[str, ...]:
+    """Every key a schema names for an object, at any depth, in order."""
+    names: dict[str, None] = {}
+    parts = [schema]
+    while parts:
+        part = parts.pop(0)
+        properties = part.get("properties")
+        if isinstance(properties, dict):
+            names.update(dict.fromkeys(properties))
+            parts.extend(p for p in properties.values() if isinstance(p, dict))
+        for nested in ("items", "additionalProperties"):
+            if isinstance(part.get(nested), dict):
+                parts.append(part[nested])
+        parts.extend(p for p in part.get("anyOf", part.get("oneOf", [])) if isinstance(p, dict))
+    return tuple(names)
+
+
+def key_choices(constraint: Constraint, answer: str, names: Iterable[str]) -> tuple[str, ...]:
+    """Where ``answer`` stops just after ``{`` or ``,`` in an object: each key of ``names``
+    that the constraint lets start there (``"key": ``)."""
+    if not answer.rstrip(_WS).endswith(("{", ",")):
+        return ()
+    texts = dict.fromkeys(f'"{name}": ' for name in names)
+    return tuple(t for t in texts if constraint(answer, Segment(t)) is not None)
 
 
 _JSON_TYPES: dict[str, tuple[type, ...]] = {
@@ -260,12 +299,17 @@ def schema_types(schema: dict[str, Any]) -> set[str] | None:
     return types
 
 
-def fits_schema(value: Any, schema: dict[str, Any], *, complete: bool) -> bool:
+def fits_schema(
+    value: Any, schema: dict[str, Any], *, open_path: tuple[str | None, ...] | None
+) -> bool:
     """Whether ``value``, parsed from a JSON prefix, can still become valid for ``schema``.
 
     Checks what small models get wrong: JSON types, keys the schema does not name (unless
-    ``additionalProperties`` is true) and, once the object is ``complete``, missing required
-    keys. Parts of a schema it cannot judge (``$ref``, ``enum``, formats) pass.
+    ``additionalProperties`` is true) and missing required keys in every object that is
+    closed. ``open_path`` is where the prefix's innermost open container is, from
+    ``value`` (:attr:`JsonScan.open_path`; ``()``: ``value`` itself), or None when
+    ``value`` is complete. Parts of a schema it cannot judge (``$ref``, ``enum``,
+    formats) pass.
     """
     types = schema_types(schema)
     if types is not None and not any(
@@ -279,10 +323,12 @@ def fits_schema(value: Any, schema: dict[str, Any], *, complete: bool) -> bool:
         return True
     if schema.get("additionalProperties") is not True and not set(value) <= set(properties):
         return False
-    if complete and not set(schema.get("required", ())) <= set(value):
+    if open_path is None and not set(schema.get("required", ())) <= set(value):
         return False
     return all(
-        fits_schema(v, properties[k], complete=complete)
+        fits_schema(
+            v, properties[k], open_path=open_path[1:] if open_path and open_path[0] == k else None
+        )
         for k, v in value.items()
         if k in properties
     )
@@ -322,7 +368,7 @@ def json_fits(text: str, scan: JsonScan, schema: dict[str, Any]) -> bool:
         return True
     if scan.key is not None and not key_fits(scan.key, schema, value):
         return False
-    return fits_schema(value, schema, complete=scan.end is not None)
+    return fits_schema(value, schema, open_path=None if scan.end is not None else scan.open_path)
 
 
 @dataclass(frozen=True)
@@ -346,6 +392,9 @@ class JsonObjectAnswer:
         text = scan.closers
         return text if text and self(answer, Segment(text, finished=True)) else None
 
+    def choices(self, answer: str) -> tuple[str, ...]:
+        return key_choices(self, answer, property_names(self.schema or {}))
+
 
 @dataclass(frozen=True)
 class EitherAnswer:
@@ -363,12 +412,11 @@ class EitherAnswer:
     def closing(self, answer: str) -> str | None:
         return next((c for f in self.formats if (c := f.closing(answer)) is not None), None)
 
-    def forced(self, answer: str) -> str | None:
-        for answer_format in self.formats:
-            forced = getattr(answer_format, "forced", None)
-            if forced is not None and (text := forced(answer)) is not None:
-                return text
-        return None
+    def choices(self, answer: str) -> tuple[str, ...]:
+        found = (getattr(f, "choices", None) for f in self.formats)
+        return tuple(
+            dict.fromkeys(text for choices in found if choices for text in choices(answer))
+        )
 
 
 @dataclass(frozen=True)
@@ -428,20 +476,22 @@ class ToolCallAnswer:
         text = f"{closers}\n{TOOL_CALL_CLOSE}"
         return text if self(answer, Segment(text, finished=True)) else None
 
-    def forced(self, answer: str) -> str | None:
-        """The rest of the call's name and the start of its arguments, when ``answer`` ends
-        inside a name that only one tool's name can complete."""
+    def choices(self, answer: str) -> tuple[str, ...]:
+        """When ``answer`` ends inside a call's name: for each tool whose name completes it,
+        the rest of the name and the start of its arguments; where a key of its arguments
+        may start, each key that fits there (:func:`key_choices`)."""
         start = answer.rfind(TOOL_CALL_OPEN)
         if start < 0:
-            return None
+            return ()
         match = _NAME_START.match(answer, start + len(TOOL_CALL_OPEN))
         if match is None or match.group(2) or match.end() != len(answer):
-            return None
-        names = [n for n in self.names if n.startswith(match.group(1))]
-        if len(names) != 1:
-            return None
-        text = names[0][len(match.group(1)) :] + '", "arguments": {'
-        return text if self(answer, Segment(text)) is not None else None
+            keys = (n for schema in self.parameters.values() for n in property_names(schema))
+            return key_choices(self, answer, keys)
+        written = match.group(1)
+        texts = (
+            n[len(written) :] + '", "arguments": {' for n in self.names if n.startswith(written)
+        )
+        return tuple(t for t in texts if self(answer, Segment(t)) is not None)
 
     def _name_fits(self, match: re.Match[str] | None) -> bool:
         """The call's name, as far as it is written (``_NAME_START``'s match on the call),

@@ -20,8 +20,9 @@ class Candidate:
     tokens: int
     """Tokens the member drafted this round (its cost), before cleaning."""
     source: Literal["draft", "format"] = "draft"
-    """"format": no draft fitted the answer's required format, which could be completed,
-    so the format's own closing text stands in (credited to the first drafter)."""
+    """"format": no draft fitted the answer's required format, so the format offers its
+    own text: the closing text when the answer can be completed, else each way on it knows
+    (the rest of every tool name that fits); credited to the first drafter."""
 
 
 @dataclass(frozen=True)

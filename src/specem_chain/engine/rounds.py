@@ -94,12 +94,14 @@ async def draft_round(
                 [candidates[k] for k in live], [drafts[k][0] for k in live], tokens, resting
             )
     rejected = [f"{seats[i].name}: {d.text!r}" for (i, d), s in zip(drafts, shaped) if s is None]
-    if rejected and (written := shape.fallback(answer.text)) is not None:
-        # the members went astray where the format leaves one way on: the format writes it
-        fallback = Candidate(
-            seats[drafting[0]].name, written.text, written.finished, 0, source="format"
-        )
-        return Drafted([fallback], [drafting[0]], tokens, resting)
+    if rejected and (written := shape.fallback(answer.text)):
+        # the members went astray where the format knows the ways on: it offers them (the
+        # verifiers choose when there are several), credited to the first drafter
+        offered = [
+            Candidate(seats[drafting[0]].name, w.text, w.finished, 0, source="format")
+            for w in written
+        ]
+        return Drafted(offered, [drafting[0]] * len(offered), tokens, resting)
     if rejected:
         raise AnswerFormatError(
             f"round {round_index}: every candidate broke the answer's required format "

@@ -6,7 +6,7 @@ window 10, seeded), it measures:
 - **tokens/s**: accepted answer tokens per second of wall time;
 - **overhead ratio**: our time per answer token over the sum, across members, of each
   member's own time per token when it decodes N tokens alone with ``generate`` (KV cache,
-  same sampling), measured in the same run;
+  same sampling), times the drafts it makes a round, measured in the same run;
 - **growth ratio**: time per token at the longest length over time per token at the shortest;
 - **vs-reference ratio**: the reference design's time per token over ours
   (:mod:`specem_chain.benchmark.reference`);
@@ -213,6 +213,7 @@ def measure(
     ``reference`` when given. Every member drafts without the repetition penalty (see
     :data:`PROMPT`)."""
     members = RequestSettings(repeat_penalty=1.0).tuned(members)
+    drafts = {m.label: m.sampling.drafts for m in members}
     for member in members:
         loaded(member)
         if reference is None:
@@ -235,7 +236,9 @@ def measure(
             for m in members
         }
         ours_per_token = [r["wall_s"] / r["tokens"] for r in ours]
-        solo_sum = [sum(values[i] for values in solo.values()) for i in range(repeats)]
+        solo_sum = [
+            sum(drafts[label] * values[i] for label, values in solo.items()) for i in range(repeats)
+        ]
         rows.append(
             {
                 "length": length,
@@ -259,6 +262,7 @@ def measure(
     return {
         "backend": members[0].backend,
         "members": [m.label for m in members],
+        "drafts": drafts,
         "window": EngineConfig().window,
         "repeats": repeats,
         "reference_repeats": reference_repeats if reference is None else reference.repeats,
@@ -332,11 +336,15 @@ def plot(result: dict[str, Any], path: Path) -> None:
             marker=".",
             label=f"{member} alone",
         )
+    drafts = result.get("drafts", {})  # runs made before drafts drew once a round
     axes.plot(
         lengths,
-        [sum(v["median"] for v in r["solo_seconds_per_token"].values()) for r in result["rows"]],
+        [
+            sum(drafts.get(m, 1) * v["median"] for m, v in r["solo_seconds_per_token"].items())
+            for r in result["rows"]
+        ],
         "-.",
-        label="sum of members alone",
+        label="sum of members alone (times their drafts)",
     )
     axes.set_xlabel("answer length (tokens)")
     axes.set_ylabel("seconds per answer token (median)")

@@ -235,29 +235,7 @@ def measure(
             m.label: [solo_seconds_per_token(m, length, seed) for seed in range(repeats)]
             for m in members
         }
-        ours_per_token = [r["wall_s"] / r["tokens"] for r in ours]
-        solo_sum = [
-            sum(drafts[label] * values[i] for label, values in solo.items()) for i in range(repeats)
-        ]
-        rows.append(
-            {
-                "length": length,
-                "answer_tokens": _stats([r["tokens"] for r in ours]),
-                "seconds_per_token": _stats(ours_per_token),
-                "tokens_per_s": _stats([1 / p for p in ours_per_token]),
-                "overhead_ratio": _stats([o / s for o, s in zip(ours_per_token, solo_sum)]),
-                "vs_reference_ratio": {
-                    k: v / statistics.median(ours_per_token) for k, v in reference_per_token.items()
-                },
-                "reference_seconds_per_token": reference_per_token,
-                "first_segment_s": _stats([r["first_segment_s"] for r in ours]),
-                "round_s": {
-                    step: _stats([r[f"{step}_s"] for r in ours])
-                    for step in ("draft", "verify", "accept")
-                },
-                "solo_seconds_per_token": {k: _stats(v) for k, v in solo.items()},
-            }
-        )
+        rows.append(_row(length, ours, reference_per_token, solo, drafts))
     first, last = rows[0], rows[-1]
     return {
         "backend": members[0].backend,
@@ -305,6 +283,39 @@ def table(result: dict[str, Any]) -> str:
         + "); min / median."
     )
     return "\n".join(lines)
+
+
+def _row(
+    length: int,
+    ours: list[dict[str, Any]],
+    reference_per_token: dict[str, float],
+    solo: dict[str, list[float]],
+    drafts: dict[str, int],
+) -> dict[str, Any]:
+    """One answer length's figures: the ensemble's runs ``ours``, the reference design's
+    time per token, each member's time per token alone (one per repeat) and its drafts a
+    round, by which its time alone counts in the overhead ratio."""
+    ours_per_token = [r["wall_s"] / r["tokens"] for r in ours]
+    solo_sum = [
+        sum(drafts[label] * values[i] for label, values in solo.items())
+        for i in range(len(ours_per_token))
+    ]
+    return {
+        "length": length,
+        "answer_tokens": _stats([r["tokens"] for r in ours]),
+        "seconds_per_token": _stats(ours_per_token),
+        "tokens_per_s": _stats([1 / p for p in ours_per_token]),
+        "overhead_ratio": _stats([o / s for o, s in zip(ours_per_token, solo_sum)]),
+        "vs_reference_ratio": {
+            k: v / statistics.median(ours_per_token) for k, v in reference_per_token.items()
+        },
+        "reference_seconds_per_token": reference_per_token,
+        "first_segment_s": _stats([r["first_segment_s"] for r in ours]),
+        "round_s": {
+            step: _stats([r[f"{step}_s"] for r in ours]) for step in ("draft", "verify", "accept")
+        },
+        "solo_seconds_per_token": {k: _stats(v) for k, v in solo.items()},
+    }
 
 
 def plot(result: dict[str, Any], path: Path) -> None:

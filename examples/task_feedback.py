@@ -1,6 +1,6 @@
 """Task-level feedback: the members' weights carried from one question of a task to the next,
 which let the default gate (0.8) rest a member the task has found weak (docs: Concepts ->
-Policies).
+Policies). It is for an ensemble of different members, here the two built-in chat models.
 
     ./run python examples/task_feedback.py
 """
@@ -11,13 +11,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from specem_chain import Feedback, SpecEMChatModel
-from specem_chain.models import DEFAULT_MEMBERS
+
+PAIR = ("smollm2-135m-instruct", "qwen2.5-coder-0.5b-instruct")
 
 
 def answer_task(
     questions: Sequence[str],
     weights_file: Path,
-    members: Sequence[str] = DEFAULT_MEMBERS,
+    members: Sequence[str] = PAIR,
     max_tokens: int = 256,
 ) -> list[str]:
     """Answer the questions of one task in order; the task's weights are kept in

@@ -64,9 +64,7 @@ class SpecEMChatModel(BaseChatModel, RequestSettings):
 
     model_config = ConfigDict(extra="forbid")
 
-    members: list[Member] = Field(
-        default_factory=lambda: [Member(source=name) for name in DEFAULT_MEMBERS]
-    )
+    members: list[Member] = Field(default_factory=lambda: list(DEFAULT_MEMBERS))
     stop: list[str] | None = None
     streaming: bool = Field(
         False,

@@ -135,7 +135,7 @@ def chat(
             drafts=drafts,
             gate=gate,
         )
-        members = [Member(source=s) for s in (member or models.DEFAULT_MEMBERS)]
+        members = [Member(source=s) for s in member] if member else list(models.DEFAULT_MEMBERS)
     except ValidationError as error:
         raise fail(describe(error)) from None
     messages = [{"role": "system", "content": system}] if system else []
@@ -320,7 +320,8 @@ def bench(
     """Measure speed against the members alone and against the reference design, or under
     load (--concurrency)."""
     quiet_transformers()
-    members = [Member(source=s, backend=backend) for s in (member or models.DEFAULT_MEMBERS)]
+    given = [Member(source=s) for s in member] if member else models.DEFAULT_MEMBERS
+    members = [m.model_copy(update={"backend": backend}) for m in given]
     backend = models.runs_on(members[0])
     members = [m.model_copy(update={"backend": backend}) for m in members]
     if server is not None and concurrency is None:
@@ -415,13 +416,13 @@ def models_list() -> None:
 @models_app.command("pull")
 def models_pull(
     names: Annotated[
-        list[str] | None, typer.Argument(help="Built-in names; default: the default members.")
+        list[str] | None, typer.Argument(help="Built-in names; default: the default ensemble's.")
     ] = None,
 ) -> None:
     """Fetch, verify and convert built-in members now, so later runs start at once."""
     quiet_transformers()
     try:
-        for name in names or models.DEFAULT_MEMBERS:
+        for name in names or [m.source for m in models.DEFAULT_MEMBERS]:
             out.print(f"{name}: {models.model_folder(name)}")
     except SpecEMError as error:
         raise fail(str(error)) from None

@@ -162,6 +162,7 @@ def test_a_member_alone_drafts_once_a_round_whatever_its_ensemble_does():
     alone, default = build_systems(["member:q", "specem"], [qwen], TASK, Settings())
     assert alone.recipe["sampling"]["q"]["drafts"] == 1
     assert default.recipe["sampling"]["q"]["drafts"] == 2
+    assert alone.alone and not default.alone  # only an ensemble's answers record rounds
 
 
 def solos(*texts: str) -> dict[str, Output]:

@@ -1,4 +1,5 @@
-"""The embedded default ensemble: two model families writing one answer together."""
+"""The built-in chat members on transformers, and the embedded default ensemble: one of
+them drafting two candidates a round and choosing between them."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from specem_chain.engine.types import Segment
 from specem_chain.members import Member
 from specem_chain.models import DEFAULT_MEMBERS, gguf_path
 
+CHAT_MODELS = ("smollm2-135m-instruct", "qwen2.5-coder-0.5b-instruct")
+
 pytestmark = pytest.mark.models
 
 NATALIA = (
@@ -22,7 +25,7 @@ NATALIA = (
 )
 
 
-@pytest.mark.parametrize("name", DEFAULT_MEMBERS)
+@pytest.mark.parametrize("name", CHAT_MODELS)
 async def test_inline_scores_equal_separate_scores_on_the_real_members(name):
     backend = loaded(Member(source=name, backend="transformers"))
     assert backend.model.config.model_type in ("llama", "qwen2")
@@ -40,16 +43,18 @@ async def test_inline_scores_equal_separate_scores_on_the_real_members(name):
     assert max(abs(a - b) for a, b in zip(inline, separate)) <= 1e-4
 
 
-def test_the_default_ensemble_answers_with_both_families_drafting_and_verifying():
+def test_the_default_ensemble_drafts_two_candidates_a_round_and_verifies_them():
     result = CliRunner().invoke(app, ["chat", NATALIA, "--json", "--seed", "0"])
     assert result.exit_code == 0, result.output
     answer = json.loads(result.stdout)
     assert answer["text"].strip()
-    assert answer["members"] == list(DEFAULT_MEMBERS)
+    [qwen] = DEFAULT_MEMBERS
+    assert answer["members"] == [qwen.label] and qwen.sampling.drafts == 2
     assert "".join(s["text"] for s in answer["segments"]) == answer["text"]
-    for segment in answer["segments"]:  # who wins is the policy's business; all take part
-        assert [c["member"] for c in segment["candidates"]] == list(DEFAULT_MEMBERS)
-        assert segment["verifiers"] == list(DEFAULT_MEMBERS)
+    for segment in answer["segments"]:  # two drafts, or one when both were the same text
+        assert [c["member"] for c in segment["candidates"]] in ([qwen.label] * 2, [qwen.label])
+        assert segment["verifiers"] == [qwen.label]
+    assert any(len(s["candidates"]) == 2 for s in answer["segments"])
     assert answer["finish_reason"] in ("end_of_turn", "length")
 
 

@@ -280,7 +280,9 @@ def test_streaming_true_makes_invoke_stream(trio):
 def test_the_profile_says_what_the_ensemble_can_do(trio):
     profile = SpecEMChatModel().profile
     assert profile["tool_calling"] and profile["tool_choice"] and not profile["structured_output"]
-    assert profile["max_input_tokens"] == 8192  # SmolLM2's, the smaller context
+    assert profile["max_input_tokens"] == 32768  # the default member's, Qwen2.5-Coder's
+    pair = SpecEMChatModel(members=["smollm2", "qwen2.5-coder"]).profile
+    assert pair["max_input_tokens"] == 8192  # SmolLM2's, the smaller context
     assert not profile["image_inputs"]
     assert "max_input_tokens" not in SpecEMChatModel(members=trio).profile
 

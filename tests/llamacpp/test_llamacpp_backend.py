@@ -234,8 +234,9 @@ def test_the_speed_benchmark_measures_members_on_llamacpp(tmp_path):
     assert written["backend"] == "llamacpp"
     (row,) = written["rows"]
     assert row["answer_tokens"]["min"] >= 8
-    assert written["members"] == list(DEFAULT_MEMBERS)
-    assert set(row["solo_seconds_per_token"]) == set(DEFAULT_MEMBERS)
+    labels = [m.label for m in DEFAULT_MEMBERS]
+    assert written["members"] == labels and set(row["solo_seconds_per_token"]) == set(labels)
+    assert written["drafts"] == {m.label: m.sampling.drafts for m in DEFAULT_MEMBERS}
     assert all(v["min"] > 0 for v in row["solo_seconds_per_token"].values())
     assert row["overhead_ratio"]["min"] > 0 and row["vs_reference_ratio"]["min"] > 0
     assert "| 8 |" in (tmp_path / "speed-llamacpp.md").read_text()
@@ -261,12 +262,12 @@ def test_eval_runs_built_in_members_on_llamacpp_by_default(tmp_path):
     data.write_text(json.dumps({"question": "What is 2 + 3?", "answer": "#### 5"}) + "\n")
     out = tmp_path / "out"
     args = ["eval", "--task", "gsm8k", "--data", str(data)]
-    args += ["--systems", "member:smollm2-135m-instruct,specem", "--max-tokens", "8"]
+    args += ["--systems", "member:qwen2.5-coder-0.5b-instruct,specem", "--max-tokens", "8"]
     result = CliRunner().invoke(app, [*args, "--out", str(out)])
     assert result.exit_code == 0, result.output
     assert json.loads((out / "run.json").read_text())["backend"] == "llamacpp"
     assert set(json.loads((out / "summary.json").read_text())) == {
-        "member:smollm2-135m-instruct",
+        "member:qwen2.5-coder-0.5b-instruct",
         "specem",
     }
 

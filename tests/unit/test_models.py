@@ -123,7 +123,7 @@ def test_unknown_name_error_lists_known_names() -> None:
 
 
 def test_table_is_consistent() -> None:
-    assert all(builtin(name) is not None for name in DEFAULT_MEMBERS)
+    assert all(builtin(member.source) is not None for member in DEFAULT_MEMBERS)
     names = [n for m in models.BUILTINS.values() for n in (m.name, *m.aliases)]
     assert len(names) == len(set(names))
     for key, model in models.BUILTINS.items():
@@ -148,12 +148,12 @@ def test_cache_dir_env_and_default(cache: Path, monkeypatch: pytest.MonkeyPatch)
 
 def test_list_models_rows() -> None:
     rows = list_models()
-    assert [r.name for r in rows] == [
-        "smollm2-135m-instruct",
+    assert [r.name for r in rows] == [  # the default member first
         "qwen2.5-coder-0.5b-instruct",
+        "smollm2-135m-instruct",
         "gemma-3-270m",
     ]
-    assert [r.default for r in rows] == [True, True, False]
+    assert [r.default for r in rows] == [True, False, False]
     assert not any(r.cached for r in rows)
     assert rows[2].aliases == ("gemma3",)
 

@@ -55,8 +55,9 @@ def test_metadata_describes_the_ensemble(llm):
 
 
 def test_the_context_window_is_the_smallest_built_in_members():
-    assert SpecEM().metadata.context_window == 8192  # SmolLM2's; Qwen2.5-Coder reads 32768
-    assert SpecEM(members=["qwen2.5-coder"]).metadata.context_window == 32768
+    assert SpecEM().metadata.context_window == 32768  # the default, Qwen2.5-Coder
+    pair = SpecEM(members=["smollm2", "qwen2.5-coder"])
+    assert pair.metadata.context_window == 8192  # SmolLM2's
     assert SpecEM(members=["qwen2.5-coder", "/models/mine"]).metadata.context_window == 8192
     assert SpecEM(members=["qwen2.5-coder"], context_window=4096).metadata.context_window == 4096
 
@@ -69,9 +70,7 @@ def test_it_serializes_as_llamaindex_components_do():
 
 
 def test_the_default_ensemble_is_the_embedded_one():
-    assert SpecEM().metadata.model_name == (
-        "specem[smollm2-135m-instruct, qwen2.5-coder-0.5b-instruct]"
-    )
+    assert SpecEM().metadata.model_name == "specem[qwen2.5-coder-0.5b-instruct]"
 
 
 def test_chat_answers_with_provenance_and_usage(answer):

@@ -79,7 +79,7 @@ def test_member_settings_apply_to_members_in_this_process_only(tiny_models):
 
 
 def test_the_default_members_are_the_embedded_ensemble():
-    assert [m.source for m in SpecEMLM().members] == list(DEFAULT_MEMBERS)
+    assert SpecEMLM().members == list(DEFAULT_MEMBERS)
 
 
 @pytest.mark.parametrize(

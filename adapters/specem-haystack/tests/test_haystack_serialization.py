@@ -42,12 +42,17 @@ WHISPER = Tool(
 )
 
 
-def test_the_default_generator_writes_the_default_members_as_specs():
+def test_the_default_generator_writes_the_default_member_with_its_sampling():
     data = SpecEMChatGenerator().to_dict()
     assert data == {
         "type": TYPE,
         "init_parameters": {
-            "members": ["smollm2-135m-instruct", "qwen2.5-coder-0.5b-instruct"],
+            "members": [
+                {
+                    "source": "qwen2.5-coder-0.5b-instruct",
+                    "sampling": {"repeat_penalty": 1.0, "drafts": 2},
+                }
+            ],
             "generation_kwargs": {},
             "streaming_callback": None,
             "tools": None,

@@ -14,6 +14,7 @@ from rich.text import Text
 
 from ..members import Backend, Member
 from ..models import DEFAULT_MEMBERS, builtin, runs_on
+from ..request import RequestSettings
 
 err = Console(stderr=True, highlight=False)
 
@@ -82,8 +83,16 @@ def eval_command(
         float | None,
         typer.Option(
             help="Every member's repetition penalty in drafting, in every system (a variant "
-            "may still set its own). Default: each member's own (1.1); 1 reproduces runs "
-            "made before it was the default."
+            "may still set its own). Default: each member's own (1.1, or the default "
+            "ensemble's 1); 1 reproduces runs made before it was the default."
+        ),
+    ] = None,
+    temperature: Annotated[
+        float | None,
+        typer.Option(
+            min=0.0,
+            help="Every member's sampling temperature, in every system (a variant may still "
+            "set its own); 0 is greedy. Default: each member's own (0.6).",
         ),
     ] = None,
 ) -> None:
@@ -108,7 +117,8 @@ def eval_command(
     evaluation = TASKS[task.value]
     out_dir = out_dir or Path("eval") / task.value
     try:
-        ensemble = _ensemble(_split(members) or list(DEFAULT_MEMBERS), backend, repeat_penalty)
+        tuning = RequestSettings(repeat_penalty=repeat_penalty, temperature=temperature)
+        ensemble = _ensemble(_split(members), backend, tuning)
         examples = run.ordered(evaluation.load(data, limit), order)
         settings = Settings(seed=seed, max_tokens=max_tokens, window=window)
         names = split_names(systems or "") or system_names(ensemble, evaluation)
@@ -180,16 +190,14 @@ def replay_command(
     typer.echo(replay.table(rows, members), nl=False)
 
 
-def _ensemble(
-    specs: list[str], backend: Backend, repeat_penalty: float | None = None
-) -> list[Member]:
-    """The members, built-in ones under their canonical names, local ones on ``backend``
-    (``auto`` resolved, so that the run records where they ran), with ``repeat_penalty``
-    as every one's when it is given."""
-    from ..request import RequestSettings
-
-    members = [Member(source=s, name=b.name if (b := builtin(s)) else None) for s in specs]
-    return RequestSettings(repeat_penalty=repeat_penalty).tuned(
+def _ensemble(specs: list[str], backend: Backend, tuning: RequestSettings) -> list[Member]:
+    """The members (none: the embedded default ensemble), built-in ones under their
+    canonical names, local ones on ``backend`` (``auto`` resolved, so that the run records
+    where they ran), with the sampling settings ``tuning`` gives as every one's."""
+    members = [Member(source=s, name=b.name if (b := builtin(s)) else None) for s in specs] or list(
+        DEFAULT_MEMBERS
+    )
+    return tuning.tuned(
         [
             m.model_copy(update={"backend": runs_on(m.model_copy(update={"backend": backend}))})
             if m.kind == "local"

@@ -111,11 +111,16 @@ class Ensemble:
         self.feedback = Feedback() if feedback else None
 
     @property
-    def recipe(self) -> dict[str, Any]:
+    def alone(self) -> bool:
+        """One member drafting once a round: every round accepts its draft."""
         tuned = self.request.tuned(self.members)
-        sampling = {m.label: m.sampling.model_dump() for m in tuned}
+        return len(tuned) == 1 and tuned[0].sampling.drafts == 1
+
+    @property
+    def recipe(self) -> dict[str, Any]:
+        sampling = {m.label: m.sampling.model_dump() for m in self.request.tuned(self.members)}
         loop = self.request.engine_config().model_dump(exclude=SHARED)
-        if len(tuned) == 1 and tuned[0].sampling.drafts == 1:  # a member alone
+        if self.alone:
             return {"sampling": sampling, **{k: loop[k] for k in sorted(ALONE)}}
         return {"sampling": sampling, **loop, "feedback": self.feedback is not None}
 
@@ -136,7 +141,7 @@ class Ensemble:
             "start_weights": answer.start_weights,
             "weights": answer.weights,
         }
-        if len(self.members) > 1:
+        if not self.alone:
             details["rounds"] = answer.segments()
         if self.feedback is not None:
             details["feedback"] = self.feedback.to_json()

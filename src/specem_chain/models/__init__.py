@@ -7,6 +7,7 @@ import importlib.util
 from dataclasses import dataclass
 from typing import Literal
 
+from ..engine.types import Sampling
 from ..errors import MemberSpecError
 from ..members import Member
 from .cache import cache_dir, folder, is_complete
@@ -14,7 +15,6 @@ from .convert import model_folder
 from .fetch import gguf_path
 from .registry import (
     BUILTINS,
-    DEFAULT_MEMBERS,
     BuiltinModel,
     WeightPart,
     builtin,
@@ -37,6 +37,18 @@ __all__ = [
     "resolve",
     "runs_on",
 ]
+
+
+DEFAULT_MEMBERS: tuple[Member, ...] = (
+    Member(
+        source="qwen2.5-coder-0.5b-instruct",
+        sampling=Sampling(drafts=2, repeat_penalty=1.0),
+    ),
+)
+"""The embedded default ensemble, chosen on the development sets (Concepts -> Policies):
+Qwen2.5-Coder drafting two candidates a round, without the repetition penalty, and
+choosing between them by its own log-probs. SmolLM2, the other member until December
+2026, made the answers worse as a drafter and as a verifier."""
 
 
 @dataclass(frozen=True)
@@ -67,7 +79,7 @@ def list_models() -> list[ModelInfo]:
             description=m.description,
             licence=m.licence,
             cached=is_cached(m),
-            default=m.name in DEFAULT_MEMBERS,
+            default=m.name in {d.source for d in DEFAULT_MEMBERS},
         )
         for m in BUILTINS.values()
     ]

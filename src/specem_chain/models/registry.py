@@ -84,8 +84,6 @@ BUILTINS: dict[str, BuiltinModel] = {
     )
 }
 
-DEFAULT_MEMBERS: tuple[str, ...] = ("smollm2-135m-instruct", "qwen2.5-coder-0.5b-instruct")
-
 
 def builtin(name: str) -> BuiltinModel | None:
     """The built-in model called ``name`` (canonical name or alias, any case), if there is one."""

@@ -72,7 +72,7 @@ class SpecEM(FunctionCallingLLM, RequestSettings):
     """
 
     members: list[Member] = Field(
-        default_factory=lambda: [Member(source=name) for name in DEFAULT_MEMBERS],
+        default_factory=lambda: list(DEFAULT_MEMBERS),
         description="The ensemble: Member objects or member specs.",
     )
     stop: list[str] | None = Field(None, description="The answer ends before any of these.")

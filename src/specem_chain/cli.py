@@ -135,9 +135,11 @@ def chat(
             drafts=drafts,
             gate=gate,
         )
-        members = [Member(source=s) for s in member] if member else list(models.DEFAULT_MEMBERS)
+        members = member_list(member or models.DEFAULT_MEMBERS)
     except ValidationError as error:
         raise fail(describe(error)) from None
+    except ValueError as error:  # member names that are not unique
+        raise fail(str(error)) from None
     messages = [{"role": "system", "content": system}] if system else []
     messages.append({"role": "user", "content": prompt})
     quiet_transformers()
@@ -320,10 +322,14 @@ def bench(
     """Measure speed against the members alone and against the reference design, or under
     load (--concurrency)."""
     quiet_transformers()
-    given = [Member(source=s) for s in member] if member else models.DEFAULT_MEMBERS
+    try:
+        given = member_list(member or models.DEFAULT_MEMBERS)
+    except ValidationError as error:
+        raise fail(describe(error)) from None
+    except ValueError as error:  # member names that are not unique
+        raise fail(str(error)) from None
+    backend = models.runs_on(given[0].model_copy(update={"backend": backend}))
     members = [m.model_copy(update={"backend": backend}) for m in given]
-    backend = models.runs_on(members[0])
-    members = [m.model_copy(update={"backend": backend}) for m in members]
     if server is not None and concurrency is None:
         raise fail("--server applies to the load benchmark: give --concurrency too")
     try:

@@ -92,6 +92,9 @@ def test_a_bad_feedback_file_is_an_error_before_any_member_runs(tmp_path, saved,
         (["chat", "   "], "the prompt is empty"),
         (["chat", "hi", "--feedback", "/no/such/folder/task.json"], "--feedback: folder"),
         (["chat", "hi", "--gate", "1"], "--gate: Input should be less than 1"),
+        (["chat", "hi", "-m", "smollm2", "-m", "smollm2"], "member names must be unique"),
+        (["bench", "-m", "no-such-model"], "unknown member 'no-such-model'"),
+        (["bench", "-m", "smollm2", "-m", "smollm2"], "member names must be unique"),
     ],
 )
 def test_bad_input_gets_a_clear_error_and_no_traceback(args, message):

@@ -194,9 +194,8 @@ def _ensemble(specs: list[str], backend: Backend, tuning: RequestSettings) -> li
     """The members (none: the embedded default ensemble), built-in ones under their
     canonical names, local ones on ``backend`` (``auto`` resolved, so that the run records
     where they ran), with the sampling settings ``tuning`` gives as every one's."""
-    members = [Member(source=s, name=b.name if (b := builtin(s)) else None) for s in specs] or list(
-        DEFAULT_MEMBERS
-    )
+    members = [Member(source=s, name=b.name if (b := builtin(s)) else None) for s in specs]
+    members = members or list(DEFAULT_MEMBERS)
     return tuning.tuned(
         [
             m.model_copy(update={"backend": runs_on(m.model_copy(update={"backend": backend}))})

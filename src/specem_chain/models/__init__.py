@@ -72,6 +72,7 @@ def is_cached(name: str | BuiltinModel) -> bool:
 
 def list_models() -> list[ModelInfo]:
     """Every built-in model, default members first."""
+    defaults = {m.source for m in DEFAULT_MEMBERS}
     rows = [
         ModelInfo(
             name=m.name,
@@ -79,7 +80,7 @@ def list_models() -> list[ModelInfo]:
             description=m.description,
             licence=m.licence,
             cached=is_cached(m),
-            default=m.name in {d.source for d in DEFAULT_MEMBERS},
+            default=m.name in defaults,
         )
         for m in BUILTINS.values()
     ]

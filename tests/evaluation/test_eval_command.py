@@ -76,6 +76,30 @@ def test_eval_runs_end_to_end_and_resumes(tiny_models, tmp_path):
     assert wrong.exit_code == 2 and "repeat_penalty" in wrong.output
 
 
+def test_a_run_split_with_skip_gives_the_answers_of_the_whole_run(tiny_models, tmp_path):
+    data = tmp_path / "gsm8k.jsonl"
+    rows = [{"question": f"What is {i} + 1?", "answer": f"#### {i + 1}"} for i in range(3)]
+    data.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    args = ["eval", "--task", "gsm8k", "--data", str(data), "--members", str(tiny_models["llama"])]
+    args += ["--systems", "member:llama", "--max-tokens", "6"]
+
+    def answers(*options: str) -> dict[str, str]:
+        out = tmp_path / "-".join(options)
+        result = runner.invoke(app, [*args, *options, "--out", str(out)])
+        assert result.exit_code == 0, result.output
+        records = map(json.loads, (out / "results.jsonl").read_text().splitlines())
+        return {r["id"]: r["text"] for r in records}
+
+    whole = answers("--limit", "3")
+    first, rest = answers("--limit", "1"), answers("--skip", "1", "--limit", "3")
+    assert sorted(rest) == ["1", "2"]
+    assert {**first, **rest} == whole
+
+    too_far = runner.invoke(app, [*args, "--skip", "3", "--out", str(tmp_path / "none")])
+    assert too_far.exit_code == 2
+    assert "--skip 3 leaves none of the 3 examples" in too_far.output
+
+
 def test_eval_rejects_an_unknown_system(tiny_models, tmp_path):
     data = tmp_path / "r.jsonl"
     data.write_text(json.dumps({"id": "a", "prompt": "p", "reference": "r"}) + "\n")

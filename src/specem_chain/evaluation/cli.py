@@ -35,6 +35,12 @@ def _split(values: list[str] | None) -> list[str]:
     return [v.strip() for value in values or [] for v in value.split(",") if v.strip()]
 
 
+def _skipped(examples: list, skip: int) -> list:
+    if skip and skip >= len(examples):
+        raise ValueError(f"--skip {skip} leaves none of the {len(examples)} examples")
+    return examples[skip:]
+
+
 def eval_command(
     task: Annotated[TaskName, typer.Option(help="How answers are scored.")],
     data: Annotated[
@@ -48,6 +54,14 @@ def eval_command(
         ),
     ] = None,
     limit: Annotated[int | None, typer.Option(min=1, help="Use the first N examples.")] = None,
+    skip: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="Leave out the first N of those, to split a run over processes: --limit 100 "
+            "in one, --skip 100 --limit 200 in another (each example keeps its seed).",
+        ),
+    ] = 0,
     seed: Annotated[int, typer.Option(min=0, help="Base seed; example i uses seed + i.")] = 0,
     systems: Annotated[
         str | None,
@@ -119,7 +133,7 @@ def eval_command(
     try:
         tuning = RequestSettings(repeat_penalty=repeat_penalty, temperature=temperature)
         ensemble = _ensemble(_split(members), backend, tuning)
-        examples = run.ordered(evaluation.load(data, limit), order)
+        examples = run.ordered(_skipped(evaluation.load(data, limit), skip), order)
         settings = Settings(seed=seed, max_tokens=max_tokens, window=window)
         names = split_names(systems or "") or system_names(ensemble, evaluation)
         chosen = build_systems(names, ensemble, evaluation, settings)

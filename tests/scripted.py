@@ -40,6 +40,7 @@ class ScriptedSession:
         self.calls = 0
         self.drafted = 0
         self.seeds: list[int] = []
+        self.samplings: list[Sampling] = []
         self.scored: list[list[Segment]] = []
         self.accepted: list[str] = []
         self.closed = False
@@ -54,6 +55,7 @@ class ScriptedSession:
     ) -> Draft:
         self._tick()
         self.seeds.append(seed)
+        self.samplings.append(sampling)
         draft = self.drafts[min(self.drafted, len(self.drafts) - 1)]
         self.drafted += 1
         return draft

@@ -92,6 +92,7 @@ def chat(
     seed: Annotated[int | None, setting("seed")] = DEFAULTS.seed,
     temperature: Annotated[float | None, setting("temperature")] = None,
     repeat_penalty: Annotated[float | None, setting("repeat_penalty")] = None,
+    loop_penalty: Annotated[float | None, setting("loop_penalty")] = None,
     drafts: Annotated[int | None, setting("drafts")] = None,
     gate: Annotated[float, setting("gate")] = DEFAULTS.gate,
     feedback_path: Annotated[
@@ -132,6 +133,7 @@ def chat(
             seed=seed,
             temperature=temperature,
             repeat_penalty=repeat_penalty,
+            loop_penalty=loop_penalty,
             drafts=drafts,
             gate=gate,
         )

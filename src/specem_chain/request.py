@@ -53,6 +53,13 @@ class RequestSettings(EngineSettings):
         description="Every member's repetition penalty in drafting (1: none); unset keeps "
         "each own.",
     )
+    loop_penalty: float | None = Field(
+        None,
+        ge=1.0,
+        le=2.0,
+        description="Every member's repetition penalty in a round drafted again to break a "
+        "loop (1: such rounds are not drafted again); unset keeps each own.",
+    )
     drafts: int | None = Field(
         None,
         ge=1,
@@ -76,7 +83,7 @@ class RequestSettings(EngineSettings):
 
     def tuned(self, members: Sequence[Member]) -> list[Member]:
         """The members, with the sampling settings set here (:attr:`temperature`,
-        :attr:`repeat_penalty`, :attr:`drafts`) as every one's."""
+        :attr:`repeat_penalty`, :attr:`loop_penalty`, :attr:`drafts`) as every one's."""
         overrides = {
             name: value
             for name in Sampling.model_fields
@@ -210,7 +217,7 @@ def segment_record(event: RoundEvent) -> dict[str, Any]:
     """One round's provenance as plain data: text, member, candidates, scores, weights, and
     what the verifiers said as the policy saw it (``verification``: each verifier's mean
     log-prob of each candidate and its length in that verifier's tokens, and each
-    candidate's length in bytes)."""
+    candidate's length in bytes); ``resting`` and ``loop_redraft`` when they apply."""
     record: dict[str, Any] = {
         "text": event.segment,
         "member": event.winner,
@@ -226,6 +233,8 @@ def segment_record(event: RoundEvent) -> dict[str, Any]:
     }
     if event.resting:
         record["resting"] = list(event.resting)
+    if event.loop_redraft:
+        record["loop_redraft"] = True
     if event.verification is not None:
         v = event.verification
         record["verification"] = {

@@ -151,6 +151,9 @@ def test_recipes_name_what_changes_an_answer():
         == {"sampling": {a.label: a.sampling.model_dump()}, "run_on": False}
     )
     assert Ensemble("x", [a], settings, run_on=True).recipe["run_on"] is True
+    # a loop redraft changes a member's answer alone: its rounds may not accept their draft
+    guarded = Ensemble("specem[loop_penalty=1.1]", [a], settings, loop_penalty=1.1)
+    assert not guarded.alone and guarded.recipe["sampling"][a.label]["loop_penalty"] == 1.1
     # one member drafting twice a round is an ensemble of its drafts: the rules count
     twice = Ensemble("specem[drafts=2]", [a], settings, drafts=2)
     assert twice.recipe["policy"] == "pool" and twice.recipe["sampling"][a.label]["drafts"] == 2

@@ -77,10 +77,11 @@ class TestSpecEMChatModelIntegration(Capabilities, ChatModelIntegrationTests):
         return {"seed": 0, "max_tokens": 160}
 
     @pytest.mark.xfail(
-        reason="issue 19: on seed 0 both of the default member's drafts repeat a sentence of "
-        "the free-text description and the loop, the likelier, wins every round until the "
-        "token limit cuts the call (seeds 1 and 2 end it, and so does repeat_penalty=1.1, "
-        "which docs/troubleshooting.md advises for loops)",
+        reason="issue 19: on seed 0 the default member's free-text description repeats its "
+        "sentences; its loop penalty drafts such rounds again, which ends the loop in the "
+        "Chinese call but not in the Japanese one (the description falls back into it after "
+        "each of two redrafts), so the 160-token limit cuts that call (repeat_penalty=1.1 "
+        "ended it before the loop penalty existed; docs/troubleshooting.md)",
         strict=True,
     )
     def test_unicode_tool_call_integration(self, model: SpecEMChatModel) -> None:

@@ -6,7 +6,7 @@ import pytest
 from scripted import ScriptedSession, events, likes, seat
 
 from specem_chain.engine import AnswerFormat, Seat
-from specem_chain.engine.answer_text import AnswerText
+from specem_chain.engine.answer_text import LOOP_ROUNDS, LOOP_SPAN, AnswerText
 from specem_chain.engine.loop import round_seed
 from specem_chain.engine.rounds import REDRAFTS
 from specem_chain.engine.types import Draft, Sampling, Segment
@@ -166,3 +166,96 @@ async def test_one_draft_a_round_is_unchanged_by_the_drafts_setting():
     rounds = await events(Seat("a", a, Sampling(drafts=1)), b)
     assert a.seeds[0] == round_seed(0, 1, 0, 0) and b.seeds[0] == round_seed(0, 1, 1, 0)
     assert [c.member for c in rounds[0].candidates] == ["a", "b"]
+
+
+LINE = " The cat sat on the mat all day. "
+"""A sentence of 30 characters (stripped): long enough to repeat the answer."""
+
+
+def test_the_answer_repeats_a_segment_of_loop_span_characters_it_already_holds():
+    answer = AnswerText(stop=(), max_tokens=100, text="One.  The cat sat on the mat all day.")
+    assert answer.repeats(LINE)  # outer whitespace does not count
+    assert not answer.repeats(" The cat sat on the mat.")  # 23 characters: a phrase may recur
+    assert not answer.repeats(" The dog sat on the mat all day.")
+    assert len("The cat sat on the mat.") < LOOP_SPAN <= len(LINE.strip())
+
+
+def test_a_loop_is_loop_rounds_in_a_row_that_repeat_the_answer():
+    answer = AnswerText(stop=(), max_tokens=100)
+    for _ in range(LOOP_ROUNDS - 1):
+        answer.append(LINE)
+        assert not answer.goes_round([Segment(LINE)])
+    answer.append(LINE)
+    assert answer.repeating == LOOP_ROUNDS - 1
+    assert answer.goes_round([Segment(LINE), Segment(LINE.upper() + "x")]) is False  # one fresh
+    assert not answer.goes_round([Segment(LINE, finished=True)])  # ending the answer is no loop
+    assert answer.goes_round([Segment(LINE), Segment(LINE.strip())])
+    answer.append(" And then it slept, for it was late. ")
+    assert answer.repeating == 0 and not answer.goes_round([Segment(LINE)])
+
+
+LOOPING = [LINE] * LOOP_ROUNDS
+"""Drafts that repeat the answer LOOP_ROUNDS - 1 times, so the next one would make a loop."""
+
+GUARDED = Sampling(loop_penalty=1.3)
+
+
+async def test_a_round_that_would_make_a_loop_is_drafted_again_under_the_loop_penalty():
+    a = ScriptedSession("a", [*LOOPING, LINE, " Then it slept. ", Draft("", 1, True)])
+    rounds = await events(Seat("a", a, GUARDED))
+    n = LOOP_ROUNDS
+    assert [e.segment for e in rounds[n - 1 : n + 1]] == [LINE.rstrip(), " Then it slept."]
+    assert [e.loop_redraft for e in rounds] == [False] * n + [True, False]
+    assert [s.repeat_penalty for s in a.samplings] == [1.1] * (n + 1) + [1.3, 1.1]
+    assert a.seeds[n + 1] == round_seed(0, n + 1, 0, 1)  # the redraft has a new seed
+    assert rounds[n].drafted_tokens == {"a": 2}  # both attempts count
+
+
+async def test_a_loop_is_redrafted_once_a_round_and_then_taken():
+    # the penalised redraft repeats too: it is accepted, the answer goes on to its limit
+    a = ScriptedSession("a", [LINE])
+    rounds = await events(Seat("a", a, GUARDED), max_tokens=7 * (LOOP_ROUNDS + 2))
+    assert [e.loop_redraft for e in rounds] == [False] * LOOP_ROUNDS + [True, True]
+    assert a.drafted == LOOP_ROUNDS + 4
+    assert rounds[-1].finish_reason == "length"
+
+
+async def test_one_guarded_drafter_redrafts_the_round_and_each_keeps_its_own_penalties():
+    a = ScriptedSession("a", [*LOOPING, LINE, " Then it slept. ", Draft("", 1, True)], likes("cat"))
+    b = ScriptedSession("b", [*LOOPING, LINE, " Then it woke. ", Draft("", 1, True)], likes("cat"))
+    unguarded = Sampling(repeat_penalty=1.05)
+    rounds = await events(Seat("a", a, GUARDED), Seat("b", b, unguarded))
+    assert rounds[LOOP_ROUNDS].loop_redraft
+    assert [s.repeat_penalty for s in a.samplings][LOOP_ROUNDS + 1] == 1.3
+    assert [s.repeat_penalty for s in b.samplings][LOOP_ROUNDS + 1] == 1.05  # new seed only
+    assert b.seeds[LOOP_ROUNDS + 1] == round_seed(0, LOOP_ROUNDS + 1, 1, 1)
+
+
+async def test_no_redraft_without_a_loop_penalty_or_when_a_candidate_moves_on():
+    looping = [*LOOPING, LINE, Draft("", 1, True)]
+    alone = await events(ScriptedSession("a", looping))  # loop_penalty=1: never
+    assert not any(e.loop_redraft for e in alone)
+    assert [e.segment for e in alone[:-1]] == [LINE.rstrip()] * (LOOP_ROUNDS + 1)
+    # the verifiers back the looping draft, so the answer repeats itself round after round;
+    # but b always offers a way out, so no round would make a loop
+    bird = " Birds sang all through the long day. "
+    a = ScriptedSession("a", looping, likes("cat"))
+    b = ScriptedSession("b", [bird] * (LOOP_ROUNDS + 1) + [Draft("", 1, True)], likes("cat"))
+    pair = await events(Seat("a", a, GUARDED), Seat("b", b, GUARDED))
+    assert [e.winner for e in pair[: LOOP_ROUNDS + 1]] == ["a"] * (LOOP_ROUNDS + 1)
+    assert not any(e.loop_redraft for e in pair)
+
+
+async def test_a_finished_or_short_repeat_is_no_loop():
+    ends = ScriptedSession("a", [*LOOPING, Draft(LINE.rstrip(), 1, True)])
+    phrase = " It sat on the mat. "
+    short = ScriptedSession("a", [phrase] * (LOOP_ROUNDS + 1) + [Draft("", 1, True)])
+    for member in (ends, short):
+        rounds = await events(Seat("a", member, GUARDED))
+        assert not any(e.loop_redraft for e in rounds)
+
+
+async def test_a_members_own_stronger_penalty_is_kept_in_a_loop_redraft():
+    a = ScriptedSession("a", [*LOOPING, LINE, " Then it slept. ", Draft("", 1, True)])
+    await events(Seat("a", a, Sampling(repeat_penalty=1.5, loop_penalty=1.3)))
+    assert {s.repeat_penalty for s in a.samplings} == {1.5}

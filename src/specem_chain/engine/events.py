@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from .policy import Verification
+from .types import Segment
 
 FinishReason = Literal["end_of_turn", "length", "stop_sequence"]
 
@@ -23,6 +24,10 @@ class Candidate:
     """"format": no draft fitted the answer's required format, so the format offers its
     own text: the closing text when the answer can be completed, else each way on it knows
     (the rest of every tool name that fits); credited to the first drafter."""
+
+    @property
+    def segment(self) -> Segment:
+        return Segment(self.text, self.finished)
 
 
 @dataclass(frozen=True)
@@ -65,6 +70,9 @@ class RoundEvent:
     resting: tuple[str, ...] = ()
     """Drafters that did not draft this round: their starting weight was below the gate,
     or their weight fell below the exit threshold in an earlier round."""
+    loop_redraft: bool = False
+    """True when the round's first candidates would have made the answer go round a loop,
+    so it was drafted again under the drafters' loop penalties."""
 
     @property
     def finished(self) -> bool:

@@ -80,6 +80,7 @@ async def run_rounds(
             verification=verification,
             rewards=dict(zip(names, judgement.rewards)) if verification else {},
             resting=drafted.resting,
+            loop_redraft=drafted.loop_redraft,
         )
         if finish:
             return

@@ -36,10 +36,13 @@ class Drafted:
     resting: tuple[str, ...] = ()
     """Live drafters that did not draft: their weight was below the gate at the start, or
     fell below the exit threshold in an earlier round."""
+    loop_redraft: bool = False
+    """True when the round was drafted again under the loop penalty: its first candidates
+    would have made the answer go round a loop."""
 
     @property
     def segments(self) -> list[Segment]:
-        return [Segment(c.text, c.finished) for c in self.candidates]
+        return [c.segment for c in self.candidates]
 
 
 async def draft_round(
@@ -54,25 +57,32 @@ async def draft_round(
     """Every live drafter drafts its :attr:`~.types.Sampling.drafts` candidates, but those
     resting; drafts are cleaned at their last word boundary and shaped by the answer
     format. A round where no candidate could move the answer on is redrafted, up to
-    :data:`REDRAFTS` times."""
+    :data:`REDRAFTS` times; so is, once, a round that would make the answer go round a loop
+    (:meth:`AnswerText.goes_round`) when a drafter's
+    :attr:`~.types.Sampling.loop_penalty` is over 1: every drafter drafts again with new
+    seeds and at least its loop penalty as its repetition penalty."""
     seats = roster.seats
 
-    async def draft(attempt: int, i: int) -> list[Draft]:
+    async def draft(attempt: int, looping: bool, i: int) -> list[Draft]:
         # A seat's drafts come one after another from its one session. The first has the
         # seed a single draft has (seed(seat, attempt)), the others seeds of their own.
         session, sampling = seats[i].session, seats[i].sampling
+        if looping:
+            penalty = max(sampling.repeat_penalty, sampling.loop_penalty)
+            sampling = sampling.model_copy(update={"repeat_penalty": penalty})
         return [
             await session.draft(window, sampling, seed(i, attempt + k * REDRAFTS), run_on)
             for k in range(sampling.drafts)
         ]
 
     tokens: dict[str, int] = {}
+    looping = False
     for attempt in range(REDRAFTS):
         # asked again each attempt: when every drafter was dropped, a resting one drafts again
         drafting = roster.drafters()
         for i in drafting:
             tokens.setdefault(seats[i].name, 0)
-        drafted = await roster.call(drafting, partial(draft, attempt))
+        drafted = await roster.call(drafting, partial(draft, attempt, looping))
         resting = tuple(seats[i].name for i in sorted(roster.resting & roster.alive))
         drafts = [(i, d) for i, each in drafted.items() for d in each]
         for i, d in drafts:
@@ -82,17 +92,14 @@ async def draft_round(
             Candidate(seats[i].name, s.text if s else "", s.finished if s else False, d.tokens)
             for (i, d), s in zip(drafts, shaped)
         ]
-        # A candidate with no text that does not end the turn would accept nothing, and
-        # one that repeats an earlier one of the same member would be scored twice alike.
-        live, seen = [], set()
-        for k, ((i, _), c) in enumerate(zip(drafts, candidates)):
-            if (c.text or c.finished) and (i, c.text, c.finished) not in seen:
-                seen.add((i, c.text, c.finished))
-                live.append(k)
-        if live:
-            return Drafted(
-                [candidates[k] for k in live], [drafts[k][0] for k in live], tokens, resting
-            )
+        live = _live([i for i, _ in drafts], candidates)
+        watched = any(seats[i].sampling.loop_penalty > 1 for i in drafting)
+        breaks_loop = watched and not looping and attempt + 1 < REDRAFTS
+        if breaks_loop and live and answer.goes_round([candidates[k].segment for k in live]):
+            looping = True
+        elif live:
+            picked = [candidates[k] for k in live]
+            return Drafted(picked, [drafts[k][0] for k in live], tokens, resting, looping)
     rejected = [f"{seats[i].name}: {d.text!r}" for (i, d), s in zip(drafts, shaped) if s is None]
     if rejected and (written := shape.fallback(answer.text)):
         # the members went astray where the format knows the ways on: it offers them (the
@@ -112,6 +119,18 @@ async def draft_round(
         f"round {round_index}: every member drafted an empty segment {REDRAFTS} times; the "
         "members cannot continue this answer"
     )
+
+
+def _live(drafters: Sequence[int], candidates: Sequence[Candidate]) -> list[int]:
+    """The indices of the candidates that could be accepted. A candidate with no text that
+    does not end the turn would accept nothing, and one that repeats an earlier one of the
+    same member would be scored twice alike."""
+    live, seen = [], set()
+    for k, (i, c) in enumerate(zip(drafters, candidates)):
+        if (c.text or c.finished) and (i, c.text, c.finished) not in seen:
+            seen.add((i, c.text, c.finished))
+            live.append(k)
+    return live
 
 
 def _shaped(

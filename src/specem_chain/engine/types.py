@@ -32,6 +32,16 @@ class Sampling(BaseModel):
         "REPEAT_LAST_N tokens of the context and draft is divided by it (multiplied when "
         "negative) before sampling; 1 turns it off. Servers apply their own: Guides -> Tuning.",
     )
+    loop_penalty: float = Field(
+        1.0,
+        ge=1.0,
+        le=2.0,
+        description="The repetition penalty the member drafts with, at least, in a round "
+        "drafted again because its candidates would make the answer go round a loop (each "
+        "repeats text the answer already holds, after segments in a row that did); only "
+        "such rounds are penalised, so the prompt's words stay free everywhere else. A "
+        "member over 1 makes its rounds watch for loops; 1: never.",
+    )
     drafts: int = Field(
         1,
         ge=1,

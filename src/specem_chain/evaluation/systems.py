@@ -112,9 +112,11 @@ class Ensemble:
 
     @property
     def alone(self) -> bool:
-        """One member drafting once a round: every round accepts its draft."""
+        """One member drafting once a round, with no loop redraft: every round accepts its
+        draft."""
         tuned = self.request.tuned(self.members)
-        return len(tuned) == 1 and tuned[0].sampling.drafts == 1
+        sampling = tuned[0].sampling if len(tuned) == 1 else None
+        return sampling is not None and sampling.drafts == 1 and sampling.loop_penalty == 1
 
     @property
     def recipe(self) -> dict[str, Any]:

@@ -42,12 +42,13 @@ __all__ = [
 DEFAULT_MEMBERS: tuple[Member, ...] = (
     Member(
         source="qwen2.5-coder-0.5b-instruct",
-        sampling=Sampling(drafts=2, repeat_penalty=1.0),
+        sampling=Sampling(drafts=2, repeat_penalty=1.0, loop_penalty=1.3),
     ),
 )
 """The embedded default ensemble, chosen on the development sets (Concepts -> Policies):
 Qwen2.5-Coder drafting two candidates a round, without the repetition penalty, and
-choosing between them by its own log-probs. SmolLM2, the other member until December
+choosing between them by its own log-probs; a round that would make the answer go round a
+loop is drafted again with a penalty of 1.3. SmolLM2, the other member until December
 2026, made the answers worse as a drafter and as a verifier."""
 
 

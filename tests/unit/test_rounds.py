@@ -226,8 +226,8 @@ async def test_one_guarded_drafter_redrafts_the_round_and_each_keeps_its_own_pen
     unguarded = Sampling(repeat_penalty=1.05)
     rounds = await events(Seat("a", a, GUARDED), Seat("b", b, unguarded))
     assert rounds[LOOP_ROUNDS].loop_redraft
-    assert [s.repeat_penalty for s in a.samplings][LOOP_ROUNDS + 1] == 1.3
-    assert [s.repeat_penalty for s in b.samplings][LOOP_ROUNDS + 1] == 1.05  # new seed only
+    assert a.samplings[LOOP_ROUNDS + 1].repeat_penalty == 1.3
+    assert b.samplings[LOOP_ROUNDS + 1].repeat_penalty == 1.05  # new seed only
     assert b.seeds[LOOP_ROUNDS + 1] == round_seed(0, LOOP_ROUNDS + 1, 1, 1)
 
 

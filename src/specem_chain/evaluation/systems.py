@@ -115,8 +115,10 @@ class Ensemble:
         """One member drafting once a round, with no loop redraft: every round accepts its
         draft."""
         tuned = self.request.tuned(self.members)
-        sampling = tuned[0].sampling if len(tuned) == 1 else None
-        return sampling is not None and sampling.drafts == 1 and sampling.loop_penalty == 1
+        if len(tuned) != 1:
+            return False
+        sampling = tuned[0].sampling
+        return sampling.drafts == 1 and sampling.loop_penalty == 1
 
     @property
     def recipe(self) -> dict[str, Any]:

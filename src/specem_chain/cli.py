@@ -239,9 +239,10 @@ def serve(
         ),
     ] = True,
     repeat_penalty: Annotated[float | None, setting("repeat_penalty")] = None,
+    loop_penalty: Annotated[float | None, setting("loop_penalty")] = None,
 ) -> None:
     """Serve the ensemble over the OpenAI chat API: POST /v1/chat/completions. A request's
-    max_tokens, temperature, seed and repeat_penalty override the server's."""
+    max_tokens, temperature, seed, repeat_penalty and loop_penalty override the server's."""
     quiet_transformers()
     try:
         import uvicorn
@@ -251,7 +252,7 @@ def serve(
             "serve needs the OpenAI-server adapter: pip install ./adapters/specem-openai-server"
         ) from None
     try:
-        settings = RequestSettings(repeat_penalty=repeat_penalty)
+        settings = RequestSettings(repeat_penalty=repeat_penalty, loop_penalty=loop_penalty)
         members = member_list(member or models.DEFAULT_MEMBERS)
         if batching:
             members = [

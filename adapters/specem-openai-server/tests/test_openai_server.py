@@ -102,6 +102,11 @@ def test_without_include_usage_no_usage_chunk_is_sent(client):
             "repeat_penalty",
             "greater than or equal to 1",
         ),
+        (
+            {"messages": QUESTION, "extra_body": {"loop_penalty": 3}},
+            "loop_penalty",
+            "less than or equal to 2",
+        ),
         ({"messages": [{"role": "function", "content": "x"}]}, "messages.0.role", "'system'"),
         ({"messages": QUESTION, "n": 2}, "n", "1"),
     ],

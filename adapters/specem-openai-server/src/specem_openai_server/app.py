@@ -30,8 +30,8 @@ def create_app(
 ) -> FastAPI:
     """An OpenAI-compatible app serving the ensemble of ``members`` (``Member`` objects or
     member specs) with ``settings`` as every request's defaults; a request's
-    ``max_tokens``, ``temperature``, ``repeat_penalty`` and ``seed`` override theirs. Run
-    it with uvicorn."""
+    ``max_tokens``, ``temperature``, ``repeat_penalty``, ``loop_penalty`` and ``seed``
+    override theirs. Run it with uvicorn."""
     members = member_list(members)
     defaults = settings or RequestSettings()
     name = ensemble_name(members)

@@ -74,12 +74,13 @@ def tool_call(call_id: str, name: str, arguments: str, index: int) -> ToolCall:
 
 
 def request_settings(request: ChatCompletionRequest, defaults: RequestSettings) -> RequestSettings:
-    """The server's settings with the request's length, temperature, repetition penalty
-    and seed."""
+    """The server's settings with the request's length, temperature, repetition and loop
+    penalties and seed."""
     given = {
         "max_tokens": request.max_completion_tokens or request.max_tokens,
         "temperature": request.temperature,
         "repeat_penalty": request.repeat_penalty,
+        "loop_penalty": request.loop_penalty,
         "seed": request.seed,
     }
     chosen = {name: value for name, value in given.items() if value is not None}

@@ -66,6 +66,11 @@ class ChatCompletionRequest(BaseModel):
         "llama.cpp's server's name or vLLM's (repetition_penalty); checked as the "
         "request setting of that name.",
     )
+    loop_penalty: float | None = Field(
+        None,
+        description="Not OpenAI's: every member's repetition penalty in a round drafted "
+        "again to break a loop (1: off); checked as the request setting of that name.",
+    )
     stop: str | list[str] | None = None
     n: Literal[1] = 1
     stream: bool = False

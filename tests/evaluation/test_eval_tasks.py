@@ -156,6 +156,7 @@ def test_every_line_of_the_development_set_builds_with_ifevals_checkers():
         ("instructions", "instructions-dev", 192),
         ("reference", "reference", 32),
         ("reference", "reference-dev", 187),
+        ("reference", "reference-confirm", 200),
     ],
 )
 def test_the_shipped_sets_load(task, name, count):

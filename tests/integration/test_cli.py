@@ -9,6 +9,7 @@ from typer.testing import CliRunner
 
 from specem_chain import Feedback
 from specem_chain.cli import app
+from specem_chain.models import BUILTINS
 
 runner = CliRunner()
 
@@ -116,7 +117,7 @@ def test_a_prompt_longer_than_a_members_context_is_a_clear_error(pair_args):
 def test_models_list_names_every_built_in_member():
     result = specem("models", "list")
     assert result.exit_code == 0, result.output
-    for name in ("smollm2-135m-instruct", "qwen2.5-coder-0.5b-instruct", "gemma-3-270m"):
+    for name in BUILTINS:
         assert name in result.stdout
     assert "default" in result.stdout and "optional" in result.stdout
 

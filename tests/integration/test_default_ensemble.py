@@ -44,7 +44,9 @@ async def test_inline_scores_equal_separate_scores_on_the_real_members(name):
 
 
 def test_the_default_ensemble_drafts_two_candidates_a_round_and_verifies_them():
-    result = CliRunner().invoke(app, ["chat", NATALIA, "--json", "--seed", "0"])
+    result = CliRunner().invoke(
+        app, ["chat", NATALIA, "--json", "--seed", "0", "--max-tokens", "64"]
+    )
     assert result.exit_code == 0, result.output
     answer = json.loads(result.stdout)
     assert answer["text"].strip()

@@ -262,12 +262,12 @@ def test_eval_runs_built_in_members_on_llamacpp_by_default(tmp_path):
     data.write_text(json.dumps({"question": "What is 2 + 3?", "answer": "#### 5"}) + "\n")
     out = tmp_path / "out"
     args = ["eval", "--task", "gsm8k", "--data", str(data)]
-    args += ["--systems", "member:qwen2.5-coder-0.5b-instruct,specem", "--max-tokens", "8"]
+    args += ["--systems", "member:qwen2.5-coder-1.5b-instruct,specem", "--max-tokens", "8"]
     result = CliRunner().invoke(app, [*args, "--out", str(out)])
     assert result.exit_code == 0, result.output
     assert json.loads((out / "run.json").read_text())["backend"] == "llamacpp"
     assert set(json.loads((out / "summary.json").read_text())) == {
-        "member:qwen2.5-coder-0.5b-instruct",
+        "member:qwen2.5-coder-1.5b-instruct",
         "specem",
     }
 

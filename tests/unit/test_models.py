@@ -154,9 +154,9 @@ def test_cache_dir_env_and_default(cache: Path, monkeypatch: pytest.MonkeyPatch)
 def test_list_models_rows() -> None:
     rows = list_models()
     assert [r.name for r in rows] == [  # the default member first
-        "qwen2.5-coder-0.5b-instruct",
-        "smollm2-135m-instruct",
         "qwen2.5-coder-1.5b-instruct",
+        "smollm2-135m-instruct",
+        "qwen2.5-coder-0.5b-instruct",
         "gemma-3-270m",
     ]
     assert [r.default for r in rows] == [True, False, False, False]

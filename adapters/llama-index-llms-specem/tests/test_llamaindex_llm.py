@@ -70,7 +70,7 @@ def test_it_serializes_as_llamaindex_components_do():
 
 
 def test_the_default_ensemble_is_the_embedded_one():
-    assert SpecEM().metadata.model_name == "specem[qwen2.5-coder-0.5b-instruct]"
+    assert SpecEM().metadata.model_name == "specem[qwen2.5-coder-1.5b-instruct]"
 
 
 def test_chat_answers_with_provenance_and_usage(answer):

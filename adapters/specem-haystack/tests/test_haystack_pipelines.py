@@ -26,7 +26,7 @@ def test_the_pipeline_answers_through_the_prompt_builder(generator):
     assert reply.text.strip() and reply.text == "".join(c.content for c in chunks)
     assert {c.component_info.name for c in chunks} == {"llm"}  # its name in the pipeline
     specem = reply.meta["specem"]
-    assert set(specem["wins"]) == {"qwen2.5-coder-0.5b-instruct"}
+    assert set(specem["wins"]) == {"qwen2.5-coder-1.5b-instruct"}
     assert sum(specem["wins"].values()) == len(specem["segments"]) == len(chunks)
 
 

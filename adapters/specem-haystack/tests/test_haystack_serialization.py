@@ -49,7 +49,7 @@ def test_the_default_generator_writes_the_default_member_with_its_sampling():
         "init_parameters": {
             "members": [
                 {
-                    "source": "qwen2.5-coder-0.5b-instruct",
+                    "source": "qwen2.5-coder-1.5b-instruct",
                     "sampling": {"repeat_penalty": 1.0, "loop_penalty": 1.3, "drafts": 2},
                 }
             ],

@@ -219,7 +219,7 @@ def test_the_default_ensemble_answers_through_the_server():
         penalised = client.chat.completions.create(**ask, extra_body={"repetition_penalty": 2})
         assert "4" in completion.choices[0].message.content
         assert penalised.choices[0].message.content != completion.choices[0].message.content
-        assert completion.model == "specem[qwen2.5-coder-0.5b-instruct]"
+        assert completion.model == "specem[qwen2.5-coder-1.5b-instruct]"
 
 
 def test_tool_call_arguments_that_are_not_json_are_a_400(client):

@@ -73,7 +73,7 @@ BUILTINS: dict[str, BuiltinModel] = {
             parts=tuple(_qwen_part(n) for n in range(1, 7)),
             sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
             licence="Apache-2.0",
-            description="Qwen2.5-Coder 0.5B Instruct (Alibaba), code and chat model.",
+            description="Qwen2.5-Coder 0.5B Instruct (Alibaba), the 1.5B's faster, weaker sibling.",
             chat_template=True,
             context=32768,
         ),
@@ -83,8 +83,7 @@ BUILTINS: dict[str, BuiltinModel] = {
             parts=tuple(_qwen_1_5b_part(n) for n in range(1, 23)),
             sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
             licence="Apache-2.0",
-            description="Qwen2.5-Coder 1.5B Instruct (Alibaba), the 0.5B's larger sibling: "
-            "stronger and slower; optional.",
+            description="Qwen2.5-Coder 1.5B Instruct (Alibaba), code and chat model.",
             chat_template=True,
             context=32768,
         ),

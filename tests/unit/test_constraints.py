@@ -191,6 +191,15 @@ def test_prose_after_a_call_is_cut(block, prose):
     assert ToolCallAnswer(ANY_ARGUMENTS)(block, Segment(prose)) == Segment("", True)
 
 
+@given(call=dumps(calls), more=st.sampled_from(['\n{"name": "search"', " Done.", "\n\n<tool"]))
+def test_text_after_a_call_that_is_not_its_closing_tag_is_cut(call, more):
+    # a member that writes a second call inside the first call's tags (Qwen2.5-Coder 1.5B
+    # did, asked for one call): the answer ends after the first, which a reader can parse
+    block = f"<tool_call>\n{call}"
+    assert ToolCallAnswer(ANY_ARGUMENTS)("", Segment(block + more)) == Segment(block, True)
+    assert ToolCallAnswer(ANY_ARGUMENTS)(block + "\n", Segment(more.lstrip())) == Segment("", True)
+
+
 @given(block=blocks, data=st.data())
 def test_finishing_inside_a_call_is_rejected(block, data):
     end = block.rindex("}") + 1  # where the call's object is complete

@@ -457,10 +457,14 @@ class ToolCallAnswer:
                 return _open(segment)
             if not self._is_call(full[pos : pos + scan.end]):
                 return None
-            pos = _WS_RUN.match(full, pos + scan.end).end()
+            end = pos + scan.end
+            pos = _WS_RUN.match(full, end).end()
             if not full.startswith(TOOL_CALL_CLOSE, pos):
-                # The call is complete: its closing tag may follow, or the turn may end here.
-                return segment if TOOL_CALL_CLOSE.startswith(full[pos:]) else None
+                # The call is complete: its closing tag may follow, or the turn may end here
+                # (anything else, such as a second call without the tags, is cut off).
+                if TOOL_CALL_CLOSE.startswith(full[pos:]):
+                    return segment
+                return _cut(answer, segment, end)
             pos = cut = pos + len(TOOL_CALL_CLOSE)
             if self.single:
                 return _cut(answer, segment, cut)

@@ -10,10 +10,12 @@ import pytest
 from langchain_core.messages import AIMessage, AIMessageChunk, HumanMessage, ToolMessage
 from langchain_core.tools import tool
 from pydantic import BaseModel, Field
+from tiny_models import TOOLS_TEMPLATE
+from transformers import AutoTokenizer
 
 from specem_chain import Member, SpecEMChatModel
 from specem_chain.backends import open_session
-from specem_chain.backends.template import tools_as_text
+from specem_chain.backends.template import ChatTemplate, tokenizer_template, tools_as_text
 from specem_chain.backends.transformers import TransformersBackend
 from specem_chain.chat_model import ToolCallIds, to_conversation
 from specem_chain.engine import AnswerFormat, EngineConfig, Seat, run_rounds
@@ -105,6 +107,23 @@ def test_each_template_gets_tools_its_own_way(tiny_models):
     assert "<tool_response>sunny</tool_response>" in rendered["native"]
     for name in ("textual", "plain"):
         assert "# Tools" in rendered[name] and "<tool_response>\nsunny" in rendered[name]
+
+
+def test_a_known_template_defect_is_corrected_on_every_backend(tiny_models):
+    # Qwen2.5-Coder 1.5B's template shows its call example in doubled braces, inside a
+    # Jinja string; the model copied them and wrote its call without the tags
+    example = r'{{- "<tool_call>\n{{\"name\": <function-name>, '
+    example += r'\"arguments\": <args-json-object>}}\n</tool_call>" }}'
+    source = "{% if tools %}" + example + "{% endif %}" + TOOLS_TEMPLATE
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_models["tools"]))
+    tokenizer.chat_template = source
+    conversation = to_conversation(HISTORY)
+    rendered = [  # transformers' own rendering, and the GGUF's template read by llama.cpp
+        template.render(conversation, [WEATHER])
+        for template in (tokenizer_template(tokenizer), ChatTemplate.from_source(source))
+    ]
+    assert rendered[0] == rendered[1]
+    assert rendered[0].startswith('<tool_call>\n{"name": <function-name>, "arguments": ')
 
 
 # -- the engine's answer format ------------------------------------------------------------

@@ -209,6 +209,26 @@ def _raise(message: str) -> None:
     raise jinja2.exceptions.TemplateError(message)
 
 
+UPSTREAM_DEFECTS = (
+    # Qwen2.5-Coder 1.5B Instruct's template (in the built-in's GGUF, from its publisher)
+    # shows its tool-call example in doubled braces inside a Jinja string, so the prompt
+    # reads {{"name": ...}}; the model copies it and writes its call without the tags.
+    (
+        '<tool_call>\\n{{\\"name\\": <function-name>, \\"arguments\\": <args-json-object>}}\\n',
+        '<tool_call>\\n{\\"name\\": <function-name>, \\"arguments\\": <args-json-object>}\\n',
+    ),
+)
+"""Known defects of published chat templates, as (template text, its correction): every
+backend renders a template with them corrected, so a member reads the same prompt on each."""
+
+
+def corrected(source: str) -> str:
+    """``source`` with the :data:`UPSTREAM_DEFECTS` it has corrected."""
+    for defect, correction in UPSTREAM_DEFECTS:
+        source = source.replace(defect, correction)
+    return source
+
+
 def compile_template(source: str) -> jinja2.Template:
     """A Jinja chat template, compiled as transformers compiles one: sandboxed, with
     ``trim_blocks`` and ``lstrip_blocks``, its ``tojson``, ``raise_exception`` and
@@ -248,7 +268,7 @@ class ChatTemplate:
         tokens (``bos_token``, ``eos_token``); None: the plain transcript."""
         if not source:
             return cls(None, "", bos=special_tokens.get("bos_token", ""))
-        compiled = compile_template(source)
+        compiled = compile_template(corrected(source))
 
         def render(
             messages: Sequence[Message], generation_prompt: bool, tools: Sequence[Tool] | None
@@ -302,6 +322,8 @@ def tokenizer_template(tokenizer: Any) -> ChatTemplate:
     bos = tokenizer.bos_token or ""
     if not tokenizer.chat_template:
         return ChatTemplate(None, "", bos=bos)
+    source = tokenizer.chat_template
+    template = corrected(source) if isinstance(source, str) else None  # None: its own choice
 
     def render(
         messages: Sequence[Message], generation_prompt: bool, tools: Sequence[Tool] | None
@@ -311,6 +333,7 @@ def tokenizer_template(tokenizer: Any) -> ChatTemplate:
             tools=tools,
             add_generation_prompt=generation_prompt,
             tokenize=False,
+            chat_template=template,
         )
 
     return ChatTemplate.probed(render, bos=bos)

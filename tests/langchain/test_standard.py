@@ -2,8 +2,7 @@
 
 Only capability flags are set: tool calling (forced with ``tool_choice="any"``), structured
 output and JSON mode are on; multimodal input is off (the members read text only); the API
-key comes from SPECEM_API_KEY. ``test_serdes`` and ``test_unicode_tool_call_integration``
-are expected to fail, with the reasons given.
+key comes from SPECEM_API_KEY. ``test_serdes`` is expected to fail, with the reason given.
 """
 
 from __future__ import annotations
@@ -75,14 +74,3 @@ class TestSpecEMChatModelIntegration(Capabilities, ChatModelIntegrationTests):
         # Short answers keep the suite fast; the longest tool call it asks for
         # (test_unicode_tool_call_integration) takes ~110 tokens.
         return {"seed": 0, "max_tokens": 160}
-
-    @pytest.mark.xfail(
-        reason="issue 19: on seed 0 the default member's free-text description repeats its "
-        "sentences; its loop penalty drafts such rounds again, which ends the loop in the "
-        "Chinese call but not in the Japanese one (the description falls back into it after "
-        "each of two redrafts), so the 160-token limit cuts that call (repeat_penalty=1.1 "
-        "ended it before the loop penalty existed; docs/troubleshooting.md)",
-        strict=True,
-    )
-    def test_unicode_tool_call_integration(self, model: SpecEMChatModel) -> None:
-        super().test_unicode_tool_call_integration(model)

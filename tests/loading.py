@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from specem_chain.backends import backend
+from specem_chain.backends import loaded_backend
 from specem_chain.members import Member
 from specem_chain.models import resolve
 
 
 def loaded(member: Member) -> Any:
     """The member's shared, loaded backend."""
-    return backend(resolve(member, progress=False))
+    return loaded_backend(resolve(member, progress=False))

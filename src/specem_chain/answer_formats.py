@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from .engine.constraints import (
@@ -187,3 +187,45 @@ def request_format(
         calls = ToolCallAnswer(tool_parameters(converted), single)
         answer = AnswerFormat(constraint=EitherAnswer((calls, JsonObjectAnswer(schema))))
     return RequestFormat(converted, answer, json_instruction(schema))
+
+
+@dataclass(frozen=True)
+class AnswerOptions:
+    """What shapes one answer besides the request's settings, the same for every front end:
+    stop sequences, tools (OpenAI function tools) and the answer's format. Checked when
+    made: a bad tool, choice or format raises a ValueError that names it.
+
+    ``tool_choice``: ``"auto"`` (or None) lets the members answer or call, ``"none"`` hides
+    the tools, ``"any"`` / ``"required"`` / True forces a call, and a tool's name (or
+    OpenAI's ``{"type": "function", "function": {"name": ...}}``) forces that tool.
+    ``response_format``: OpenAI's ``json_object`` or ``json_schema`` (``{"type": "text"}``
+    is the free answer). ``parallel_tool_calls=False`` ends the answer after its first
+    call. ``strict`` is accepted as OpenAI's API has it and changes nothing: the candidate
+    constraint keeps every call and JSON answer to its schema.
+    """
+
+    stop: Sequence[str] | str | None = ()
+    tools: Sequence[Tool] | None = ()
+    tool_choice: Any = None
+    response_format: dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    strict: bool | None = None
+    format: RequestFormat = field(init=False, repr=False, compare=False)
+    """What the options ask of the answer."""
+
+    def __post_init__(self) -> None:
+        stop = [self.stop] if isinstance(self.stop, str) else list(self.stop or ())
+        response_format = self.response_format
+        if isinstance(response_format, dict) and response_format.get("type") == "text":
+            response_format = None
+        asked = request_format(
+            self.tools, self.tool_choice, response_format, self.parallel_tool_calls
+        )
+        object.__setattr__(self, "stop", tuple(stop))
+        object.__setattr__(self, "tools", tuple(self.tools or ()))
+        object.__setattr__(self, "response_format", response_format)
+        object.__setattr__(self, "format", asked)
+
+
+ANSWER_OPTIONS = tuple(f.name for f in fields(AnswerOptions) if f.init)
+"""The answer options a call may give, by name."""

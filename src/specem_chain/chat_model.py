@@ -20,16 +20,16 @@ from langchain_core.utils import secret_from_env
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
-from .answer_formats import request_format
+from .answer_formats import AnswerOptions
 from .engine.tool_calls import TOOL_CALL_CLOSE, TOOL_CALL_OPEN, ParsedCall
-from .engine.types import Message
+from .engine.types import Message, tool_call
 from .feedback import Feedback
 from .members import Member, ensemble_name, member_list
 from .models import DEFAULT_MEMBERS, builtin
 from .request import (
-    Answer,
     RequestSettings,
     count_tokens,
+    merge_call,
     merge_turns,
     open_request,
     segment_record,
@@ -37,12 +37,6 @@ from .request import (
 from .structured_output import json_schema_format, structured_output
 from .sync import iterate_sync, run_sync
 
-CALL_SETTINGS = tuple(RequestSettings.model_fields)
-"""Settings a call may override (``llm.invoke(q, seed=3)``): all of the request's."""
-ANSWER_OPTIONS = ("tools", "tool_choice", "response_format", "parallel_tool_calls", "strict")
-"""Call arguments that shape the answer; ``bind_tools`` and ``with_structured_output`` set
-them. (``strict`` is accepted and has nothing to change: the candidate constraint already
-keeps a call or a JSON answer to its schema.)"""
 MISPLACED = {
     "model": "an ensemble has no single model: name its members with members=[...]",
     "model_name": "an ensemble has no single model: name its members with members=[...]",
@@ -120,7 +114,7 @@ class SpecEMChatModel(BaseChatModel, RequestSettings):
     @model_validator(mode="after")
     def _members_for_servers(self) -> SpecEMChatModel:
         self.members = [self._for_server(m) for m in self.members]
-        self._settings(self.model_kwargs)  # a bad default call argument fails here
+        merge_call(self, self.model_kwargs)  # a bad default call argument fails here
         return self
 
     def _for_server(self, member: Member) -> Member:
@@ -197,7 +191,7 @@ class SpecEMChatModel(BaseChatModel, RequestSettings):
     ) -> int:
         """The largest member's token count of the conversation as it renders it (with the
         tools), in its own tokenizer; members load as for an answer."""
-        conversation = to_conversation(messages)
+        conversation = turns_from_langchain(messages)
         tools = [convert_to_openai_tool(t) for t in tools or ()]
         return max(run_sync(count_tokens(self.members, conversation, tools=tools)).values())
 
@@ -224,7 +218,7 @@ class SpecEMChatModel(BaseChatModel, RequestSettings):
     def _identifying_params(self) -> dict[str, Any]:
         return {
             "members": [m.model_dump() for m in self.members],
-            **{name: getattr(self, name) for name in CALL_SETTINGS},
+            **{name: getattr(self, name) for name in RequestSettings.model_fields},
             "stop": self.stop,
         }
 
@@ -239,22 +233,6 @@ class SpecEMChatModel(BaseChatModel, RequestSettings):
         if stop or self.stop:
             params["ls_stop"] = [*(self.stop or []), *(stop or [])]
         return params
-
-    def _settings(self, overrides: dict[str, Any]) -> RequestSettings:
-        """This model's settings with a call's overrides, validated (a bad value raises a
-        ValidationError that names it; an unknown argument a TypeError)."""
-        unknown = [
-            k
-            for k in overrides
-            if k not in (*CALL_SETTINGS, *ANSWER_OPTIONS) and not k.startswith("ls_")
-        ]
-        if unknown:
-            raise TypeError(
-                f"unsupported call arguments {unknown}; per call you may set "
-                f"{', '.join((*CALL_SETTINGS, *ANSWER_OPTIONS))} and stop"
-            )
-        values = {name: overrides.get(name, getattr(self, name)) for name in CALL_SETTINGS}
-        return RequestSettings.model_validate(values)
 
     # -- tools and structured output -----------------------------------------------------
 
@@ -282,7 +260,12 @@ class SpecEMChatModel(BaseChatModel, RequestSettings):
         if response_format is not None and not isinstance(response_format, dict):
             response_format = json_schema_format(response_format)
         # bad options fail here, not at the first call
-        request_format(converted, tool_choice, response_format, parallel_tool_calls)
+        AnswerOptions(
+            tools=converted,
+            tool_choice=tool_choice,
+            response_format=response_format,
+            parallel_tool_calls=parallel_tool_calls,
+        )
         options = {
             "tool_choice": tool_choice,
             "strict": strict,
@@ -320,50 +303,41 @@ class SpecEMChatModel(BaseChatModel, RequestSettings):
         self, messages: list[BaseMessage], stop: list[str] | None, kwargs: dict[str, Any]
     ) -> AsyncIterator[ChatGenerationChunk]:
         """One chunk per accepted segment, with its provenance; the last carries the rest."""
-        kwargs = {**self.model_kwargs, **kwargs}
+        arguments = {k: v for k, v in {**self.model_kwargs, **kwargs}.items() if k[:3] != "ls_"}
+        if arguments.get("tools"):
+            arguments["tools"] = [convert_to_openai_tool(t) for t in arguments["tools"]]
+        settings, options = merge_call(self, arguments, stop=[*(self.stop or ()), *(stop or ())])
         request = open_request(
-            self.members,
-            to_conversation(messages),
-            self._settings(kwargs),
-            stop=[*(self.stop or ()), *(stop or ())],
-            tools=[convert_to_openai_tool(t) for t in kwargs.get("tools") or ()],
-            tool_choice=kwargs.get("tool_choice"),
-            response_format=kwargs.get("response_format"),
-            parallel_tool_calls=kwargs.get("parallel_tool_calls"),
-            feedback=self.feedback,
+            self.members, turns_from_langchain(messages), settings, options, feedback=self.feedback
         )
         calls = ToolCallIds()
         async with request as run:
             async for update in run:
-                event, answer = update.event, run.answer
-                input_tokens = sum(answer.prompt_tokens.values()) if len(answer.rounds) == 1 else 0
-                output_tokens = sum(event.drafted_tokens.values())
+                tokens = update.tokens
                 usage = UsageMetadata(
-                    input_tokens=input_tokens,
-                    output_tokens=output_tokens,
-                    total_tokens=input_tokens + output_tokens,
+                    input_tokens=tokens.input_tokens,
+                    output_tokens=tokens.output_tokens,
+                    total_tokens=tokens.total_tokens,
                 )
                 # Lists concatenate when LangChain adds chunks, so each chunk carries its own
                 # segment and the joined message carries them all, in order.
-                metadata = self._final_metadata(answer) if event.finished else {"specem": {}}
-                metadata["specem"]["segments"] = [segment_record(event)]
-                chunks = [calls.chunk(call) for call in update.tool_calls]
+                metadata: dict[str, Any] = {"specem": {}}
+                if update.finished:
+                    metadata = {
+                        "model_name": self.model_name,
+                        "model_provider": "specem",
+                        "finish_reason": run.answer.stop_reason,
+                        "specem": run.answer.metadata(),
+                    }
+                metadata["specem"]["segments"] = [segment_record(update.event)]
                 message = AIMessageChunk(
                     content=update.text,
-                    tool_call_chunks=chunks,
+                    tool_call_chunks=[calls.chunk(call) for call in update.tool_calls],
                     usage_metadata=usage,
                     response_metadata=metadata,
-                    chunk_position="last" if event.finished else None,
+                    chunk_position="last" if update.finished else None,
                 )
                 yield ChatGenerationChunk(message=message)
-
-    def _final_metadata(self, answer: Answer) -> dict[str, Any]:
-        return {
-            "model_name": self.model_name,
-            "model_provider": "specem",
-            "finish_reason": answer.stop_reason,
-            "specem": answer.summary(),
-        }
 
     # -- LangChain's four entry points ------------------------------------------------
 
@@ -469,12 +443,7 @@ def to_message(message: BaseMessage, index: int) -> Message:
     turn: Message = {"role": role, "content": text_of(message, index)}
     if isinstance(message, AIMessage) and message.tool_calls:
         turn["tool_calls"] = [
-            {
-                "id": call["id"] or "",
-                "type": "function",
-                "function": {"name": call["name"], "arguments": call["args"]},
-            }
-            for call in message.tool_calls
+            tool_call(call["id"], call["name"], call["args"]) for call in message.tool_calls
         ]
     if isinstance(message, ToolMessage):
         turn["tool_call_id"] = message.tool_call_id
@@ -483,7 +452,7 @@ def to_message(message: BaseMessage, index: int) -> Message:
     return turn
 
 
-def to_conversation(messages: Sequence[BaseMessage]) -> list[Message]:
+def turns_from_langchain(messages: Sequence[BaseMessage]) -> list[Message]:
     """LangChain messages as chat-template turns, consecutive text turns of one role merged
     (:func:`~specem_chain.request.merge_turns`)."""
     return merge_turns([to_message(message, i) for i, message in enumerate(messages)])

@@ -19,7 +19,7 @@ from . import models
 from .errors import SpecEMError
 from .evaluation import cli as evaluation_cli
 from .feedback import Feedback
-from .members import Backend, Member, ensemble_name, member_list
+from .members import BackendName, Member, ensemble_name, member_list
 from .report import report
 from .request import Answer, RequestSettings, open_request, warm_up
 
@@ -318,7 +318,7 @@ def bench(
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     backend: Annotated[
-        Backend,
+        BackendName,
         typer.Option(help="Where the members run (llamacpp needs the llamacpp extra)."),
     ] = "auto",
 ) -> None:

@@ -18,6 +18,11 @@ class RequestError(SpecEMError, ValueError):
     apply); it is refused before any member runs."""
 
 
+class UnknownArgumentError(RequestError, TypeError):
+    """A call gave an argument that is neither a request setting nor an answer option (a
+    TypeError, as an unexpected keyword argument is, and a ValueError, as bad input is)."""
+
+
 class EnsembleError(SpecEMError):
     """The ensemble cannot go on with this request."""
 

@@ -16,7 +16,7 @@ from .engine.types import Sampling
 from .errors import MemberSpecError
 
 __all__ = [
-    "Backend",
+    "BackendName",
     "DType",
     "Kind",
     "Member",
@@ -31,7 +31,7 @@ __all__ = [
 Role = Literal["both", "drafter", "verifier"]
 DType = Literal["float32", "bfloat16", "float16"]
 Kind = Literal["local", "tgi", "openai"]
-Backend = Literal["auto", "transformers", "llamacpp"]
+BackendName = Literal["auto", "transformers", "llamacpp"]
 """Where a member runs: in this process, on a TGI server, or on an OpenAI-style
 completions server (vLLM, llama-cpp-python)."""
 
@@ -56,7 +56,7 @@ class Member(BaseModel):
     sampling: Sampling = Sampling()
     device: str = Field("cpu", description='A torch device, e.g. "cpu", "cuda:1".')
     dtype: DType = "float32"
-    backend: Backend = Field(
+    backend: BackendName = Field(
         "auto",
         description="local: run with llama.cpp from the GGUF (a built-in model or a .gguf "
         "source; needs the llamacpp extra) or with transformers; auto: llama.cpp for a GGUF "

@@ -1,7 +1,8 @@
 """One request end to end, for every front end (LangChain, the CLI, ``specem eval``, the
 OpenAI-compatible server and the adapters)::
 
-    async with open_request(members, messages, config, tools=..., timeout=30) as run:
+    settings, options = merge_call(defaults, call_arguments)
+    async with open_request(members, messages, settings, options) as run:
         async for update in run:
             print(update.text, end="")
     run.answer  # text, provenance, wins, weights, usage
@@ -15,20 +16,21 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from types import TracebackType
 from typing import Any, TypeVar
 
 from pydantic import ConfigDict, Field
 
-from .answer_formats import request_format, tool_names, with_instruction
-from .backends import backend, open_session
+from .answer_formats import ANSWER_OPTIONS, AnswerOptions, tool_names, with_instruction
+from .backends import backend_for, open_session
 from .engine import EngineConfig, RoundEvent, Seat, run_rounds
 from .engine.config import EngineSettings
 from .engine.tool_calls import ParsedCall, ToolCallSplitter
-from .engine.types import MemberSession, Message, Sampling
-from .errors import EnsembleError, MemberUnavailable, RequestError
+from .engine.types import MemberSession, Message, Sampling, Score, Segment
+from .errors import EnsembleError, MemberUnavailable, RequestError, UnknownArgumentError
 from .feedback import Feedback
 from .members import Member
 from .models import resolve
@@ -97,6 +99,67 @@ class RequestSettings(EngineSettings):
         ]
 
 
+CALL_ARGUMENTS = (*RequestSettings.model_fields, *ANSWER_OPTIONS)
+"""What one call may give, in every front end: the request's settings and the answer's
+options (:class:`~specem_chain.answer_formats.AnswerOptions`)."""
+
+
+def merge_call(
+    defaults: RequestSettings,
+    arguments: Mapping[str, Any],
+    *,
+    stop: Sequence[str] | None = (),
+    what: str = "call arguments",
+    also: Sequence[str] = (),
+) -> tuple[RequestSettings, AnswerOptions]:
+    """One call's settings and answer options: ``arguments`` over a front end's
+    ``defaults`` (any object with the request's settings as attributes), with the front
+    end's own ``stop`` sequences before the call's.
+
+    Every front end calls it, so each accepts the same arguments (:data:`CALL_ARGUMENTS`)
+    and refuses the same way, before any member runs: an unknown argument raises
+    :class:`~specem_chain.errors.UnknownArgumentError` naming it as the front end calls its
+    arguments (``what``) and listing the known ones (those the front end takes itself,
+    ``also``, first); a bad value a ValidationError that names it; a bad answer option a
+    ValueError.
+    """
+    unknown = [name for name in arguments if name not in CALL_ARGUMENTS]
+    if unknown:
+        known = ", ".join((*also, *CALL_ARGUMENTS))
+        raise UnknownArgumentError(f"unsupported {what} {unknown}; known: {known}")
+    settings = RequestSettings.model_validate(
+        {
+            name: arguments.get(name, getattr(defaults, name))
+            for name in RequestSettings.model_fields
+        }
+    )
+    options = AnswerOptions(**{k: v for k, v in arguments.items() if k in ANSWER_OPTIONS})
+    if stop:
+        options = replace(options, stop=(*stop, *options.stop))
+    return settings, options
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Tokens summed over the members: prompt tokens read, and every token drafted (an
+    answer's real cost: a losing draft was drafted too)."""
+
+    input_tokens: int
+    output_tokens: int
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    def openai(self) -> dict[str, int]:
+        """In OpenAI's names, as the OpenAI API, LlamaIndex and Haystack report usage."""
+        return {
+            "prompt_tokens": self.input_tokens,
+            "completion_tokens": self.output_tokens,
+            "total_tokens": self.total_tokens,
+        }
+
+
 @dataclass
 class Answer:
     """Everything one request produced, gathered from its round events."""
@@ -136,11 +199,13 @@ class Answer:
             return "length"
         return "tool_calls" if any(c.valid for c in self.tool_calls) else "stop"
 
-    def summary(self) -> dict[str, Any]:
-        """The answer's provenance in brief, as every front end shows it: why it ended,
-        wins, starting and final weights, per-member usage and drops."""
+    def metadata(self) -> dict[str, Any]:
+        """What every front end reports beside the text (LangChain's and Haystack's
+        ``["specem"]`` metadata, LlamaIndex's ``raw["specem"]``, the OpenAI server's
+        ``specem``): why it ended, wins, starting and final weights, per-member usage,
+        drops, where each member ran, and the tool calls that could not be read."""
         usage = self.usage()
-        return {
+        metadata = {
             "finish_reason": self.finish_reason,
             "wins": self.wins,
             "start_weights": self.start_weights,
@@ -150,6 +215,8 @@ class Answer:
             "dropped": self.dropped,
             "backends": self.backends,
         }
+        invalid = [call.record() for call in self.tool_calls if not call.valid]
+        return metadata | ({"invalid_tool_calls": invalid} if invalid else {})
 
     @property
     def weights(self) -> dict[str, float]:
@@ -178,15 +245,18 @@ class Answer:
                 drafted[member] += tokens
         return drafted
 
+    @property
+    def tokens(self) -> Usage:
+        """Prompt and drafted tokens so far, summed over members."""
+        return Usage(sum(self.prompt_tokens.values()), sum(self.drafted_tokens.values()))
+
     def usage(self) -> dict[str, Any]:
         """Prompt and drafted tokens, summed over members and per member."""
-        drafted = self.drafted_tokens
-        input_tokens = sum(self.prompt_tokens.values())
-        output_tokens = sum(drafted.values())
+        drafted, tokens = self.drafted_tokens, self.tokens
         return {
-            "input_tokens": input_tokens,
-            "output_tokens": output_tokens,
-            "total_tokens": input_tokens + output_tokens,
+            "input_tokens": tokens.input_tokens,
+            "output_tokens": tokens.output_tokens,
+            "total_tokens": tokens.total_tokens,
             "answer_tokens": self.rounds[-1].answer_tokens if self.rounds else 0,
             "per_member": {
                 m: {"input_tokens": self.prompt_tokens.get(m, 0), "output_tokens": drafted[m]}
@@ -256,6 +326,8 @@ class Update:
     """Answer text released this round; with tools bound, the prose only."""
     tool_calls: tuple[ParsedCall, ...] = ()
     """Tool calls completed this round (a bad one has ``valid`` False)."""
+    tokens: Usage = Usage(0, 0)
+    """This round's cost: the tokens drafted in it (and, in the first, the prompts')."""
 
     @property
     def finished(self) -> bool:
@@ -271,21 +343,18 @@ class Request:
         members: Sequence[Member],
         messages: Sequence[Message],
         settings: RequestSettings | None = None,
+        options: AnswerOptions | None = None,
         *,
-        stop: Sequence[str] = (),
-        tools: Sequence[dict[str, Any]] | None = None,
-        tool_choice: Any = None,
-        response_format: dict[str, Any] | None = None,
-        parallel_tool_calls: bool | None = None,
         feedback: Feedback | None = None,
     ) -> None:
         settings = settings or RequestSettings()
+        options = options or AnswerOptions()
         if not members:
             raise RequestError("give at least one member")
         if not messages:
             raise RequestError("the conversation is empty: give at least one message")
-        self.format = request_format(tools, tool_choice, response_format, parallel_tool_calls)
-        self.config = settings.engine_config((*stop, *self.format.stop))
+        self.format = options.format
+        self.config = settings.engine_config((*options.stop, *self.format.stop))
         remote = [m.label for m in members if m.remote]
         if remote and self.config.scoring != "mean_logprob":
             raise RequestError(
@@ -385,12 +454,15 @@ class Request:
             yield self._update(event)
 
     def _update(self, event: RoundEvent) -> Update:
+        first = len(self.answer.rounds) == 1
+        prompts = sum(self.answer.prompt_tokens.values()) if first else 0
+        tokens = Usage(prompts, sum(event.drafted_tokens.values()))
         if self._splitter is None:
-            return Update(event, event.text)
+            return Update(event, event.text, tokens=tokens)
         prose, parsed = self._splitter.step(event.text, event.finished)
         calls = [replace(c, id=f"call_{uuid.uuid4().hex[:24]}") for c in parsed]
         self.answer.tool_calls.extend(calls)
-        return Update(event, prose, tuple(calls))
+        return Update(event, prose, tuple(calls), tokens)
 
     async def aclose(self) -> None:
         """Stop the rounds and close every session (safe to call twice)."""
@@ -424,8 +496,7 @@ async def warm_up(members: Sequence[Member]) -> None:
     on first use), so the first request does not wait for it."""
 
     async def load(member: Member) -> None:
-        member = await asyncio.to_thread(resolve, member)
-        await asyncio.to_thread(backend, member)
+        await backend_for(await asyncio.to_thread(resolve, member))
 
     await asyncio.gather(*(load(m) for m in members))
 
@@ -444,7 +515,7 @@ async def count_tokens(
 
     async def count(member: Member) -> int:
         member = await asyncio.to_thread(resolve, member)
-        found = backend(member) if member.remote else await asyncio.to_thread(backend, member)
+        found = await backend_for(member)
         if messages is None:
             return await found.count_text(text or "")
         return await found.count(messages, list(tools))
@@ -457,9 +528,35 @@ def open_request(
     members: Sequence[Member],
     messages: Sequence[Message],
     settings: RequestSettings | None = None,
-    **options: Any,
+    options: AnswerOptions | None = None,
+    *,
+    feedback: Feedback | None = None,
 ) -> Request:
-    """A :class:`Request`; ``options`` are ``stop``, ``tools``, ``tool_choice``,
-    ``response_format`` and ``feedback`` (a :class:`~specem_chain.feedback.Feedback`: the
-    task's weights, which the request starts from and updates when it ends)."""
-    return Request(members, messages, settings, **options)
+    """A :class:`Request` with the answer's ``options`` (stop sequences, tools, format) and
+    ``feedback`` (a :class:`~specem_chain.feedback.Feedback`: the task's weights, which the
+    request starts from and updates when it ends)."""
+    return Request(members, messages, settings, options, feedback=feedback)
+
+
+@asynccontextmanager
+async def member_session(
+    member: Member, messages: Sequence[Message]
+) -> AsyncIterator[MemberSession]:
+    """One member's session on a conversation, outside any ensemble (resolved and loaded as
+    for a request, closed when the block ends): for front ends that read a member's own
+    scores or drafts, as baselines and log-likelihood tasks do."""
+    resolved = await asyncio.to_thread(resolve, member, progress=False)
+    session = await open_session(resolved, messages)
+    try:
+        yield session
+    finally:
+        await session.aclose()
+
+
+async def score_with(
+    member: Member, messages: Sequence[Message], candidates: Sequence[Segment]
+) -> list[Score]:
+    """Each candidate's score (mean log-prob and tokens) as the member's answer to the
+    conversation."""
+    async with member_session(member, messages) as session:
+        return await session.score(candidates, "mean_logprob")

@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from specem_chain.answer_formats import AnswerOptions
 from specem_chain.backends.drafting import MAX_CHARACTER_TOKENS
 from specem_chain.errors import EnsembleError, PromptTooLongError
 from specem_chain.members import Member
@@ -15,7 +16,8 @@ QUESTION = [{"role": "user", "content": "How many clips did Natalia sell altoget
 
 
 async def run(members: list[Member], messages=QUESTION, stop=(), **settings) -> Answer:
-    async with open_request(members, messages, RequestSettings(**settings), stop=stop) as request:
+    options = AnswerOptions(stop=stop)
+    async with open_request(members, messages, RequestSettings(**settings), options) as request:
         async for _ in request:
             pass
     return request.answer

@@ -12,7 +12,7 @@ from langchain_core.tools import tool
 
 from specem_chain import Member, SpecEMChatModel
 from specem_chain.backends.transformers import TransformersBackend
-from specem_chain.chat_model import to_conversation
+from specem_chain.chat_model import turns_from_langchain
 
 QUESTIONS = [f"How many clips did Natalia sell in month {i}?" for i in range(8)]
 
@@ -161,7 +161,7 @@ def test_identifying_params_tell_configurations_apart(trio):
 
 
 def test_consecutive_turns_of_one_role_are_merged():
-    conversation = to_conversation(
+    conversation = turns_from_langchain(
         [
             SystemMessage("a"),
             SystemMessage("b"),
@@ -328,7 +328,7 @@ def test_an_earlier_answers_reasoning_and_other_blocks_are_left_out(trio):
         ),
         HumanMessage("And now?"),
     ]
-    assert to_conversation(history)[1] == {"role": "assistant", "content": "Hello!"}
+    assert turns_from_langchain(history)[1] == {"role": "assistant", "content": "Hello!"}
     assert SpecEMChatModel(members=trio, max_tokens=4).invoke(history).content
 
 

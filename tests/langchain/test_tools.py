@@ -17,7 +17,7 @@ from specem_chain import Member, SpecEMChatModel
 from specem_chain.backends import open_session
 from specem_chain.backends.template import ChatTemplate, tokenizer_template, tools_as_text
 from specem_chain.backends.transformers import TransformersBackend
-from specem_chain.chat_model import ToolCallIds, to_conversation
+from specem_chain.chat_model import ToolCallIds, turns_from_langchain
 from specem_chain.engine import AnswerFormat, EngineConfig, Seat, run_rounds
 from specem_chain.engine.tool_calls import ToolCallSplitter
 from specem_chain.engine.types import Segment
@@ -56,7 +56,7 @@ HISTORY = [
 
 
 def test_tool_turns_become_template_turns():
-    user, call, result = to_conversation(HISTORY)
+    user, call, result = turns_from_langchain(HISTORY)
     assert user == {"role": "user", "content": "Weather in Paris?"}
     assert call["tool_calls"] == [
         {
@@ -75,7 +75,7 @@ def test_tool_turns_become_template_turns():
 
 def test_tools_as_text_for_a_template_without_tool_support():
     system, user, call, result = tools_as_text(
-        [{"role": "system", "content": "Be brief."}, *to_conversation(HISTORY)], [WEATHER]
+        [{"role": "system", "content": "Be brief."}, *turns_from_langchain(HISTORY)], [WEATHER]
     )
     assert system["content"].startswith("Be brief.\n\n# Tools")
     assert json.dumps(WEATHER) in system["content"]
@@ -94,7 +94,7 @@ def test_each_template_gets_tools_its_own_way(tiny_models):
     plain = TransformersBackend.load(Member(source=str(tiny_models["plain"])))
     templates = (native.template, textual.template, plain.template)
     assert [t.native_tools for t in templates] == [True, False, False]
-    conversation = to_conversation(HISTORY)
+    conversation = turns_from_langchain(HISTORY)
     rendered = {
         name: backend.template.render(conversation, [WEATHER])
         for name, backend in (("native", native), ("textual", textual), ("plain", plain))
@@ -117,7 +117,7 @@ def test_a_known_template_defect_is_corrected_on_every_backend(tiny_models):
     source = "{% if tools %}" + example + "{% endif %}" + TOOLS_TEMPLATE
     tokenizer = AutoTokenizer.from_pretrained(str(tiny_models["tools"]))
     tokenizer.chat_template = source
-    conversation = to_conversation(HISTORY)
+    conversation = turns_from_langchain(HISTORY)
     rendered = [  # transformers' own rendering, and the GGUF's template read by llama.cpp
         template.render(conversation, [WEATHER])
         for template in (tokenizer_template(tokenizer), ChatTemplate.from_source(source))

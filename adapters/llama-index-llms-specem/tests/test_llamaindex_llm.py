@@ -17,7 +17,7 @@ from llama_index.core.base.llms.types import (
 )
 from llama_index.core.tools import FunctionTool
 from llama_index.llms.specem import SpecEM
-from llama_index.llms.specem.messages import to_conversation
+from llama_index.llms.specem.messages import turns_from_llama_index
 from pydantic import ValidationError
 
 from specem_chain import Member
@@ -176,7 +176,7 @@ HISTORY = [
 
 
 def test_tool_calls_and_results_become_template_turns():
-    system, user, call, result = to_conversation(HISTORY)
+    system, user, call, result = turns_from_llama_index(HISTORY)
     assert system == {"role": "system", "content": "Be brief."}
     assert user == {"role": "user", "content": "Weather in Paris?"}
     assert call == {
@@ -202,7 +202,7 @@ def test_openai_style_tool_calls_in_additional_kwargs_are_read_too():
     message = ChatMessage(
         role="assistant", content="", additional_kwargs={"tool_calls": [openai_call]}
     )
-    (turn,) = to_conversation([message])
+    (turn,) = turns_from_llama_index([message])
     assert turn["tool_calls"][0]["function"]["arguments"] == {"location": "Oslo"}
 
 
@@ -222,7 +222,7 @@ def test_consecutive_text_turns_of_one_role_are_merged(llm):
 def test_a_tool_template_renders_the_round_trip(tiny_models):
     template = TransformersBackend.load(Member(source=str(tiny_models["tools"]))).template
     tool = WEATHER.metadata.to_openai_tool(skip_length_check=True)
-    rendered = template.render(to_conversation(HISTORY), [tool])
+    rendered = template.render(turns_from_llama_index(HISTORY), [tool])
     assert f"<tools>{json.dumps(tool)}</tools>" in rendered
     assert '<tool_call>{"name": "get_weather", "arguments": {"location": "Paris"}}' in rendered
     assert "<tool_response>Sunny.</tool_response>" in rendered

@@ -14,6 +14,7 @@ from lm_eval_specem.model import ChatHistory, member_loglikelihood, request_seed
 from pydantic import ValidationError
 
 from specem_chain import Member, RequestSettings, open_request
+from specem_chain.answer_formats import AnswerOptions
 from specem_chain.models import DEFAULT_MEMBERS
 from specem_chain.sync import run_sync
 
@@ -30,7 +31,7 @@ def likelihood(context: str, continuation: str, doc_id: int = 0) -> Instance:
 
 async def direct(members, messages, settings, stop=()) -> str:
     """The answer of a specem request made without the harness."""
-    async with open_request(members, messages, settings, stop=stop) as request:
+    async with open_request(members, messages, settings, AnswerOptions(stop=stop)) as request:
         async for _ in request:
             pass
     return request.answer.text
@@ -85,7 +86,7 @@ def test_the_default_members_are_the_embedded_ensemble():
 @pytest.mark.parametrize(
     ("args", "error", "message"),
     [
-        ({"temprature": 0.5}, TypeError, r"unknown model_args \['temprature'\]"),
+        ({"temprature": 0.5}, TypeError, r"unsupported model_args \['temprature'\]"),
         ({"policy": "bogus"}, ValidationError, "policy"),
         ({"window": 0}, ValidationError, "window"),
         ({"members": "a;;b"}, ValueError, "separated by ';'"),
@@ -103,16 +104,16 @@ def test_bad_model_args_fail_before_any_member_runs(args, error, message):
 
 
 def test_a_request_becomes_a_specem_request(pair):
-    messages, settings, stop = pair.specem_request(
+    messages, settings, options = pair.specem_request(
         generation(QUESTION, until=["\n\n", ""], max_gen_toks=9, do_sample=False)
     )
     assert messages == [{"role": "user", "content": QUESTION}]
-    assert stop == ["\n\n"]
+    assert options.stop == ("\n\n",)
     assert (settings.max_tokens, settings.temperature) == (9, 0.0)
-    _, sampled, stop = pair.specem_request(
+    _, sampled, options = pair.specem_request(
         generation(QUESTION, until="Q:", do_sample=True, temperature=0.7)
     )
-    assert (sampled.temperature, sampled.max_tokens, stop) == (0.7, 256, ["Q:"])
+    assert (sampled.temperature, sampled.max_tokens, options.stop) == (0.7, 256, ("Q:",))
     _, unset, _ = pair.specem_request(generation(QUESTION))
     assert unset.temperature is None  # each member keeps its own
 

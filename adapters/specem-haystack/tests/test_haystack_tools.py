@@ -13,12 +13,12 @@ from haystack.tools import Toolset, tool
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage, convert_to_messages
 from specem_chain import Member
 from specem_chain.backends.transformers import TransformersBackend
-from specem_chain.chat_model import to_conversation as langchain_conversation
+from specem_chain.chat_model import turns_from_langchain
 
 from haystack_integrations.components.generators.specem import SpecEMChatGenerator
 from haystack_integrations.components.generators.specem.conversation import (
     openai_tools,
-    to_conversation,
+    turns_from_haystack,
 )
 
 
@@ -52,8 +52,8 @@ def test_tool_turns_map_as_the_langchain_front_end_maps_them():
         ),
         ToolMessage("sunny", tool_call_id="c1", name="get_weather"),
     ]
-    assert to_conversation(HISTORY) == langchain_conversation(convert_to_messages(same_history))
-    assert to_conversation(HISTORY)[3] == {
+    assert turns_from_haystack(HISTORY) == turns_from_langchain(convert_to_messages(same_history))
+    assert turns_from_haystack(HISTORY)[3] == {
         "role": "tool",
         "content": "sunny",
         "tool_call_id": "c1",
@@ -96,7 +96,7 @@ def test_haystack_tools_become_openai_function_tools():
 
 def test_a_template_with_tools_renders_the_call_and_its_result(tiny_models):
     backend = TransformersBackend.load(Member(source=str(tiny_models["tools"])))
-    prompt = backend.template.render(to_conversation(HISTORY), openai_tools([get_weather]))
+    prompt = backend.template.render(turns_from_haystack(HISTORY), openai_tools([get_weather]))
     assert json.dumps(openai_tools([get_weather])[0]) in prompt
     assert '<tool_call>{"name": "get_weather", "arguments": {"location": "Paris"}}' in prompt
     assert "<tool_response>sunny</tool_response>" in prompt

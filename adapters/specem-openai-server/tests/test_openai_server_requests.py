@@ -11,10 +11,10 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 from openai_server_harness import WEATHER, serve
 from specem_chain import Member, RequestSettings, SpecEMChatModel
-from specem_chain.chat_model import to_conversation
+from specem_chain.chat_model import turns_from_langchain
 from specem_chain.request import merge_turns
 
-from specem_openai_server.from_openai import to_messages
+from specem_openai_server.from_openai import turns_from_openai
 from specem_openai_server.schema import ChatCompletionRequest
 
 CALL = {
@@ -47,7 +47,9 @@ UNREACHABLE = Member.tgi("http://127.0.0.1:9", retries=0)
 
 def test_openai_messages_become_the_turns_the_langchain_front_end_makes():
     request = ChatCompletionRequest(messages=HISTORY)
-    assert merge_turns(to_messages(request.messages)) == to_conversation(LANGCHAIN_HISTORY)
+    assert merge_turns(turns_from_openai(request.messages)) == turns_from_langchain(
+        LANGCHAIN_HISTORY
+    )
 
 
 @pytest.fixture(scope="module")

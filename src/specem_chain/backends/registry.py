@@ -45,7 +45,7 @@ def key(member: Member) -> Hashable:
     return (member.backend, member.source, member.device, member.dtype, member.batching)
 
 
-def backend(member: Member) -> Backend:
+def loaded_backend(member: Member) -> Backend:
     """The member's backend, made on first use (loading a local model blocks: call it off
     the event loop). A built-in name must be resolved to files first
     (:func:`specem_chain.models.resolve`)."""
@@ -84,9 +84,15 @@ def _make(member: Member) -> Backend:
     return TransformersBackend.load(member)
 
 
+async def backend_for(member: Member) -> Backend:
+    """:func:`loaded_backend`, loading a local member off the event loop."""
+    if member.remote:
+        return loaded_backend(member)
+    return await asyncio.to_thread(loaded_backend, member)
+
+
 async def open_session(
     member: Member, messages: Sequence[Message], tools: Sequence[Tool] = ()
 ) -> MemberSession:
     """A session of the member for one request."""
-    found = backend(member) if member.remote else await asyncio.to_thread(backend, member)
-    return await found.open(messages, tools)
+    return await (await backend_for(member)).open(messages, tools)

@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from ..backends import Backend, backend
+from ..backends import Backend, loaded_backend
 from ..engine import EngineConfig, RoundEvent, Seat, run_rounds
 from ..engine.types import Message
 from ..errors import SpecEMError
@@ -67,7 +67,7 @@ def _summarise(events: list[RoundEvent], wall: float, first: float) -> dict[str,
 
 def loaded(member: Member) -> Backend:
     """The member's backend, loaded (a built-in one fetched and converted first)."""
-    return backend(resolve(member, progress=False))
+    return loaded_backend(resolve(member, progress=False))
 
 
 async def _timed(events: Any) -> dict[str, float]:

@@ -40,6 +40,10 @@ class ParsedCall:
     def valid(self) -> bool:
         return self.error is None
 
+    def record(self) -> dict[str, Any]:
+        """The call as plain data, as front ends report a call that could not be read."""
+        return {"name": self.name, "text": self.text, "error": self.error}
+
 
 def _loads(text: str) -> tuple[Any, str | None]:
     """``json.loads(text)`` and None, or None and why it failed."""

@@ -6,6 +6,7 @@ types; the engine imports nothing above itself.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, TypedDict
@@ -148,6 +149,23 @@ class ToolCall(TypedDict):
     id: str
     type: Literal["function"]
     function: Function
+
+
+def tool_call(call_id: str | None, name: str, arguments: dict[str, Any] | str | None) -> ToolCall:
+    """An earlier answer's tool call as a chat template reads it, from any front end's
+    form: arguments as an object or as JSON text (OpenAI's); a ValueError says when they
+    are not a JSON object."""
+    args = arguments
+    if isinstance(arguments, str):
+        try:
+            args = json.loads(arguments or "{}")
+        except ValueError:
+            args = None
+    if args is None and arguments is None:
+        args = {}
+    if not isinstance(args, dict):
+        raise ValueError(f"the arguments of tool call {call_id or name!r} are not a JSON object")
+    return {"id": call_id or "", "type": "function", "function": {"name": name, "arguments": args}}
 
 
 class Message(TypedDict):

@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from ..members import Backend, Member
+from ..members import BackendName, Member
 from ..models import DEFAULT_MEMBERS, builtin, runs_on
 from ..request import RequestSettings
 
@@ -78,7 +78,7 @@ def eval_command(
     max_tokens: Annotated[int, typer.Option(min=1, help="Answer length limit in tokens.")] = 256,
     window: Annotated[int, typer.Option(min=1, help="Tokens each member drafts per round.")] = 10,
     backend: Annotated[
-        Backend,
+        BackendName,
         typer.Option(
             help="Where local members run: auto (llama.cpp for built-in and .gguf members "
             "on a CPU when the llamacpp extra is installed, about 3x faster there; otherwise "
@@ -204,7 +204,7 @@ def replay_command(
     typer.echo(replay.table(rows, members), nl=False)
 
 
-def _ensemble(specs: list[str], backend: Backend, tuning: RequestSettings) -> list[Member]:
+def _ensemble(specs: list[str], backend: BackendName, tuning: RequestSettings) -> list[Member]:
     """The members (none: the embedded default ensemble), built-in ones under their
     canonical names, local ones on ``backend`` (``auto`` resolved, so that the run records
     where they ran), with the sampling settings ``tuning`` gives as every one's."""

@@ -14,12 +14,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..backends import open_session
-from ..engine.types import Score, Segment
+from ..engine.types import Segment
 from ..feedback import Feedback
 from ..members import Member
-from ..models import resolve
-from ..request import RequestSettings, open_request
+from ..request import RequestSettings, open_request, score_with
 from .tasks import Example, Task, rouge
 
 PAPER = {"policy": "paper", "repeat_penalty": 1.0}
@@ -176,20 +174,9 @@ class Rank(Baseline):
         messages = [{"role": "user", "content": example.prompt}]
         # An unfinished answer is scored as text that goes on; an empty one can only stop.
         candidates = [Segment(o.text, finished=o.finished or not o.text) for o in solos.values()]
-        rows = [await _score(m, messages, candidates) for m in self.members]
+        rows = [[s.mean for s in await score_with(m, messages, candidates)] for m in self.members]
         means = [sum(column) / len(rows) for column in zip(*rows)]
         return _pick(solos, means)
-
-
-async def _score(
-    member: Member, messages: list[dict[str, str]], candidates: list[Segment]
-) -> list[float]:
-    session = await open_session(resolve(member, progress=False), messages)
-    try:
-        scores: list[Score] = await session.score(candidates, "mean_logprob")
-    finally:
-        await session.aclose()
-    return [s.mean for s in scores]
 
 
 class MBR(Baseline):

@@ -1,8 +1,9 @@
 """SpecEMLM: a specem ensemble as an lm-evaluation-harness model, registered as ``specem``.
 
 ``--model_args members=smollm2;qwen2.5-coder,policy=paper,max_tokens=256``: members are
-separated by ``;`` (the harness splits model_args on ``,``); every other key is a
-:class:`~specem_chain.RequestSettings` field, the default of every request, or one of
+separated by ``;`` (the harness splits model_args on ``,``); every other key is a call
+argument as every specem front end takes it (a :class:`~specem_chain.RequestSettings`
+field or an answer option such as ``stop``), the default of every request, or one of
 ``backend`` and ``dtype`` (set on every member that runs in this process),
 ``num_concurrent`` and ``feedback``: ``none`` (default) starts every answer from uniform
 weights; ``task`` carries the members' weights from each answer to the next over the run
@@ -18,6 +19,7 @@ import json
 import logging
 import zlib
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from lm_eval.api.instance import Instance
@@ -26,10 +28,11 @@ from lm_eval.api.registry import register_model
 from tqdm import tqdm
 
 from specem_chain import Feedback, Member, RequestSettings, open_request
-from specem_chain.backends import open_session
+from specem_chain.answer_formats import AnswerOptions
 from specem_chain.engine.types import Message, Sampling, Segment
 from specem_chain.members import ensemble_name, member_list
-from specem_chain.models import DEFAULT_MEMBERS, resolve
+from specem_chain.models import DEFAULT_MEMBERS
+from specem_chain.request import member_session, merge_call
 from specem_chain.sync import run_sync
 
 log = logging.getLogger(__name__)
@@ -37,7 +40,6 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 R = TypeVar("R")
 
-SETTINGS = tuple(RequestSettings.model_fields)
 MEMBER_SETTINGS = ("backend", "dtype")
 """Member fields a model arg sets on every member that runs in this process."""
 GENERATION_KWARGS = ("until", "max_gen_toks", "do_sample", "temperature", "seed")
@@ -72,23 +74,20 @@ class SpecEMLM(LM):
         **options: Any,
     ) -> None:
         super().__init__()
-        unknown = [k for k in options if k not in (*SETTINGS, *MEMBER_SETTINGS, *HARNESS_ARGS)]
-        if unknown:
-            raise TypeError(
-                f"unknown model_args {unknown} for specem; give members (separated by ';'), "
-                f"num_concurrent, feedback, {', '.join(MEMBER_SETTINGS)} or {', '.join(SETTINGS)}"
-            )
+        on_members = {k: options.pop(k) for k in MEMBER_SETTINGS if options.get(k) is not None}
+        for name in HARNESS_ARGS:
+            options.pop(name, None)
+        own = ("members (separated by ';')", "num_concurrent", "feedback", *MEMBER_SETTINGS)
+        self.settings, self.options = merge_call(
+            RequestSettings(), options, what="model_args", also=own
+        )
         if feedback not in ("task", "none"):
             raise ValueError(f"feedback is 'task' or 'none', not {feedback!r}")
         if num_concurrent < 1:
             raise ValueError(f"num_concurrent must be at least 1, got {num_concurrent}")
-        on_members = {k: options[k] for k in MEMBER_SETTINGS if options.get(k) is not None}
         if available(device):
             on_members["device"] = device
         self.members = parse_members(members, on_members)
-        self.settings = RequestSettings.model_validate(
-            {k: v for k, v in options.items() if k in SETTINGS}
-        )
         self.num_concurrent = num_concurrent
         self.feedback = Feedback() if feedback == "task" else None
         self._ignored: set[str] = set()
@@ -123,8 +122,8 @@ class SpecEMLM(LM):
 
     def specem_request(
         self, request: Instance, repeat: int = 0
-    ) -> tuple[list[Message], RequestSettings, list[str]]:
-        """The conversation, settings and stop sequences that a ``generate_until`` request
+    ) -> tuple[list[Message], RequestSettings, AnswerOptions]:
+        """The conversation, settings and answer options that a ``generate_until`` request
         becomes (``repeat``: which of the request's repeats it is)."""
         context, gen_kwargs = request.args[0], dict(request.args[1])
         ignored = {k for k in gen_kwargs if k not in GENERATION_KWARGS} - self._ignored
@@ -142,13 +141,15 @@ class SpecEMLM(LM):
             overrides["temperature"] = float(gen_kwargs["temperature"])
         base = gen_kwargs.get("seed", self.settings.seed)
         overrides["seed"] = request_seed(base or 0, request, repeat)
-        settings = RequestSettings.model_validate({**self.settings.model_dump(), **overrides})
-        return conversation(context), settings, stop
+        settings, options = merge_call(
+            self.settings, {**overrides, "stop": stop}, stop=self.options.stop
+        )
+        return conversation(context), settings, replace(self.options, stop=options.stop)
 
-    async def _generate(self, call: tuple[list[Message], RequestSettings, list[str]]) -> str:
-        messages, settings, stop = call
+    async def _generate(self, call: tuple[list[Message], RequestSettings, AnswerOptions]) -> str:
+        messages, settings, options = call
         async with open_request(
-            self.members, messages, settings, stop=stop, feedback=self.feedback
+            self.members, messages, settings, options, feedback=self.feedback
         ) as request:
             async for _ in request:
                 pass
@@ -241,14 +242,10 @@ async def member_loglikelihood(
 ) -> list[tuple[float, bool]]:
     """One member's total log-probability of each continuation (its Score's mean times its
     tokens) and whether its greedy continuation starts with it."""
-    resolved = await asyncio.to_thread(resolve, member, progress=False)
-    session = await open_session(resolved, messages)
-    try:
+    async with member_session(member, messages) as session:
         scores = await session.score([Segment(c) for c in continuations], "mean_logprob")
         window = max([s.tokens for s in scores] + [1])
         greedy = await session.draft(window, Sampling(temperature=0.0), seed=0)
-    finally:
-        await session.aclose()
     return [(s.mean * s.tokens, greedy.text.startswith(c)) for s, c in zip(scores, continuations)]
 
 

@@ -16,10 +16,11 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from specem_chain import Member, RequestSettings, Update, open_request
 from specem_chain import Request as SpecEMRequest
 from specem_chain.members import ensemble_name, member_list
+from specem_chain.request import merge_call
 from starlette.exceptions import HTTPException
 
 from .errors import APIError, api_error, validation_error
-from .from_openai import request_options, request_settings, to_messages
+from .from_openai import call_arguments, turns_from_openai
 from .schema import ChatCompletion, ChatCompletionChunk, ChatCompletionRequest, Model, ModelList
 from .to_openai import Chunks, completion
 
@@ -62,12 +63,8 @@ def create_app(
     @app.post("/v1/chat/completions", response_model=None)
     async def chat_completions(body: ChatCompletionRequest) -> ChatCompletion | StreamingResponse:
         try:  # bad input fails here, before any member runs
-            request = open_request(
-                members,
-                to_messages(body.messages),
-                request_settings(body, defaults),
-                **request_options(body),
-            )
+            settings, options = merge_call(defaults, call_arguments(body))
+            request = open_request(members, turns_from_openai(body.messages), settings, options)
         except Exception as error:
             raise api_error(error) from error
         if body.stream:

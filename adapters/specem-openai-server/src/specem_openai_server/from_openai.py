@@ -1,13 +1,11 @@
-"""An OpenAI chat-completions request as a specem request: its conversation, settings and
-answer options."""
+"""An OpenAI chat-completions request as a specem request: its conversation, and its
+settings and answer options as call arguments."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from specem_chain import RequestSettings
-from specem_chain.engine.types import Message, ToolCall
+from specem_chain.engine.types import Message, tool_call
 
 from .errors import bad_request
 from .schema import ChatCompletionRequest, ChatMessage
@@ -21,7 +19,7 @@ ROLES: dict[str, Any] = {
 }
 
 
-def to_messages(messages: list[ChatMessage]) -> list[Message]:
+def turns_from_openai(messages: list[ChatMessage]) -> list[Message]:
     """The conversation as chat-template turns (specem merges consecutive turns of a role)."""
     return [to_message(message, index) for index, message in enumerate(messages)]
 
@@ -29,10 +27,14 @@ def to_messages(messages: list[ChatMessage]) -> list[Message]:
 def to_message(message: ChatMessage, index: int) -> Message:
     turn: Message = {"role": ROLES[message.role], "content": text_of(message, index)}
     if message.role == "assistant" and message.tool_calls:
-        turn["tool_calls"] = [
-            tool_call(call.id, call.function.name, call.function.arguments, index)
-            for call in message.tool_calls
-        ]
+        try:
+            turn["tool_calls"] = [
+                tool_call(call.id, call.function.name, call.function.arguments)
+                for call in message.tool_calls
+            ]
+        except ValueError as error:
+            where = f"messages.{index}.tool_calls"
+            raise bad_request(f"{where}: {error}", where) from None
     if message.role == "tool":
         if not message.tool_call_id:
             raise bad_request(
@@ -59,45 +61,20 @@ def text_of(message: ChatMessage, index: int) -> str:
     return "".join(part.text or "" for part in message.content)
 
 
-def tool_call(call_id: str, name: str, arguments: str, index: int) -> ToolCall:
-    """An earlier answer's call, its JSON-text arguments read into an object."""
-    try:
-        args = json.loads(arguments or "{}")
-    except ValueError:
-        args = None
-    if not isinstance(args, dict):
-        raise bad_request(
-            f"messages.{index}.tool_calls: the arguments of {call_id!r} are not a JSON object",
-            f"messages.{index}.tool_calls",
-        )
-    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": args}}
-
-
-def request_settings(request: ChatCompletionRequest, defaults: RequestSettings) -> RequestSettings:
-    """The server's settings with the request's length, temperature, repetition and loop
-    penalties and seed."""
+def call_arguments(request: ChatCompletionRequest) -> dict[str, Any]:
+    """The request's settings (length, temperature, repetition and loop penalties, seed)
+    and answer options (stop sequences, tools, the answer's format), as a call gives them
+    to :func:`specem_chain.request.merge_call`."""
     given = {
         "max_tokens": request.max_completion_tokens or request.max_tokens,
         "temperature": request.temperature,
         "repeat_penalty": request.repeat_penalty,
         "loop_penalty": request.loop_penalty,
         "seed": request.seed,
-    }
-    chosen = {name: value for name, value in given.items() if value is not None}
-    return RequestSettings.model_validate({**defaults.model_dump(), **chosen})
-
-
-def request_options(request: ChatCompletionRequest) -> dict[str, Any]:
-    """``open_request``'s answer options: stop sequences, tools and the answer's format
-    (OpenAI's ``{"type": "text"}`` is the free answer, no format)."""
-    stop = [request.stop] if isinstance(request.stop, str) else request.stop or []
-    response_format = request.response_format
-    if response_format is not None and response_format.get("type") == "text":
-        response_format = None
-    return {
-        "stop": stop,
+        "stop": request.stop,
         "tools": request.tools,
         "tool_choice": request.tool_choice,
-        "response_format": response_format,
+        "response_format": request.response_format,
         "parallel_tool_calls": request.parallel_tool_calls,
     }
+    return {name: value for name, value in given.items() if value is not None}

@@ -43,20 +43,7 @@ def valid_calls(calls: Iterable[ParsedCall]) -> list[ParsedCall]:
 def usage_of(answer: Answer) -> Usage:
     """Prompt tokens summed over the members; completion tokens: every token every member
     drafted (the answer's real cost)."""
-    usage = answer.usage()
-    return Usage(
-        prompt_tokens=usage["input_tokens"],
-        completion_tokens=usage["output_tokens"],
-        total_tokens=usage["total_tokens"],
-    )
-
-
-def summary(answer: Answer) -> dict[str, Any]:
-    """The answer's provenance in brief, with the calls the members wrote that do not parse."""
-    invalid = [
-        {"name": c.name, "text": c.text, "error": c.error} for c in answer.tool_calls if not c.valid
-    ]
-    return answer.summary() | ({"invalid_tool_calls": invalid} if invalid else {})
+    return Usage(**answer.tokens.openai())
 
 
 def completion(model: str, answer: Answer, text: str) -> ChatCompletion:
@@ -69,7 +56,7 @@ def completion(model: str, answer: Answer, text: str) -> ChatCompletion:
         model=model,
         choices=[Choice(message=message, finish_reason=answer.stop_reason or "stop")],
         usage=usage_of(answer),
-        specem=summary(answer) | {"segments": answer.segments()},
+        specem=answer.metadata() | {"segments": answer.segments()},
     )
 
 
@@ -99,7 +86,7 @@ class Chunks:
         delta = Delta(
             role="assistant" if first else None, content=update.text, tool_calls=calls or None
         )
-        specem = (summary(answer) if update.finished else {}) | {
+        specem = (answer.metadata() if update.finished else {}) | {
             "segments": [segment_record(update.event)]
         }
         return self.chunk([ChunkChoice(delta=delta)], specem=specem)

@@ -32,10 +32,10 @@ from llama_index.core.llms.llm import ToolSelection
 from specem_chain import Feedback, Member, Request, RequestSettings, Update, open_request
 from specem_chain.members import ensemble_name, member_list
 from specem_chain.models import DEFAULT_MEMBERS, builtin
-from specem_chain.request import segment_record
+from specem_chain.request import merge_call, segment_record
 from specem_chain.sync import iterate_sync
 
-from .messages import invalid_call, to_conversation, to_tool, tool_block, tool_selections
+from .messages import to_tool, tool_block, tool_selections, turns_from_llama_index
 
 if TYPE_CHECKING:
     from llama_index.core.tools.types import BaseTool
@@ -44,10 +44,6 @@ DEFAULT_CONTEXT_WINDOW = 8192
 """Tokens of context assumed for an ensemble with a member that is not built-in (whose
 context specem-chain does not know). A member with a smaller context fails a longer prompt
 with a clear error; set ``context_window`` to the smallest of your members' contexts."""
-CALL_SETTINGS = tuple(RequestSettings.model_fields)
-"""Settings a call may override (``llm.chat(messages, seed=3)``): all of the request's."""
-ANSWER_OPTIONS = ("stop", "tools", "tool_choice", "response_format")
-"""Call arguments that shape the answer."""
 
 
 class SpecEM(FunctionCallingLLM, RequestSettings):
@@ -58,7 +54,9 @@ class SpecEM(FunctionCallingLLM, RequestSettings):
     a ``.gguf`` file, a hub id, ``tgi+http://host:port`` or ``openai+http://host:port/v1#model``).
     The request's settings (``window``, ``max_tokens``, ``policy``, ``learning_rate``,
     ``seed``, ``temperature``, ``answer_timeout``...) are
-    :class:`~specem_chain.RequestSettings`' own; every one can also be set per call.
+    :class:`~specem_chain.RequestSettings`' own; every one can also be set per call, with
+    the answer's options (``stop``, ``tools``, ``tool_choice``, ``response_format``,
+    ``parallel_tool_calls``, ``strict``), as in every specem front end.
 
     Examples:
         `pip install ./adapters/llama-index-llms-specem`
@@ -125,23 +123,12 @@ class SpecEM(FunctionCallingLLM, RequestSettings):
     def _request(self, messages: Sequence[ChatMessage], kwargs: dict[str, Any]) -> Request:
         """The request for ``messages``, checked: a bad setting, tool or format raises here,
         before any member runs (an unknown argument a TypeError)."""
-        unknown = [k for k in kwargs if k not in (*CALL_SETTINGS, *ANSWER_OPTIONS)]
-        if unknown:
-            raise TypeError(
-                f"unsupported call arguments {unknown}; per call you may set "
-                f"{', '.join((*CALL_SETTINGS, *ANSWER_OPTIONS))}"
-            )
-        settings = RequestSettings.model_validate(
-            {name: kwargs.get(name, getattr(self, name)) for name in CALL_SETTINGS}
-        )
+        settings, options = merge_call(self, kwargs, stop=self.stop)
         return open_request(
             self.members,
-            to_conversation(messages),
+            turns_from_llama_index(messages),
             settings,
-            stop=[*(self.stop or ()), *(kwargs.get("stop") or ())],
-            tools=kwargs.get("tools"),
-            tool_choice=kwargs.get("tool_choice"),
-            response_format=kwargs.get("response_format"),
+            options,
             feedback=self.feedback,
         )
 
@@ -156,7 +143,7 @@ class SpecEM(FunctionCallingLLM, RequestSettings):
                     if call.valid:
                         blocks.append(tool_block(call))
                     else:
-                        invalid.append(invalid_call(call))
+                        invalid.append(call.record())
                 message = ChatMessage(
                     role=MessageRole.ASSISTANT,
                     blocks=[TextBlock(text=text), *blocks],
@@ -174,20 +161,15 @@ class SpecEM(FunctionCallingLLM, RequestSettings):
         """A response's ``raw``: the model, token counts so far, this round's segment, and,
         once the answer is finished, the finish reason and the whole provenance."""
         answer = run.answer
-        usage = answer.usage()
         raw: dict[str, Any] = {
             "model": self.model_name,
             "finish_reason": None,
-            "usage": {
-                "prompt_tokens": usage["input_tokens"],
-                "completion_tokens": usage["output_tokens"],
-                "total_tokens": usage["total_tokens"],
-            },
+            "usage": answer.tokens.openai(),
             "specem": {"segment": segment_record(update.event)},
         }
         if update.finished:
             raw["finish_reason"] = answer.stop_reason
-            raw["specem"].update(answer.summary(), segments=answer.segments())
+            raw["specem"].update(answer.metadata(), segments=answer.segments())
         return raw
 
     @staticmethod

@@ -14,8 +14,8 @@ from llama_index.core.base.llms.types import (
 )
 from llama_index.core.llms.llm import ToolSelection
 
-from specem_chain.engine.tool_calls import TOOL_CALL_CLOSE, TOOL_CALL_OPEN, ParsedCall
-from specem_chain.engine.types import Message, Tool
+from specem_chain.engine.tool_calls import ParsedCall
+from specem_chain.engine.types import Message, Tool, ToolCall, tool_call
 
 if TYPE_CHECKING:
     from llama_index.core.tools.types import BaseTool
@@ -38,15 +38,6 @@ def to_tool(tool: BaseTool) -> Tool:
 def tool_block(call: ParsedCall) -> ToolCallBlock:
     """A valid call of the answer as a LlamaIndex tool-call block, with the request's id."""
     return ToolCallBlock(tool_call_id=call.id, tool_name=call.name, tool_kwargs=call.args)
-
-
-def invalid_call(call: ParsedCall) -> dict[str, Any]:
-    """A call the members wrote that could not be read, kept for the caller to see."""
-    return {
-        "name": call.name,
-        "text": f"{TOOL_CALL_OPEN}{call.text}{TOOL_CALL_CLOSE}",
-        "error": call.error,
-    }
 
 
 def tool_selections(message: ChatMessage) -> list[ToolSelection]:
@@ -73,26 +64,20 @@ def _arguments(arguments: Any) -> Any:
     return arguments
 
 
-def _calls(message: ChatMessage) -> list[dict[str, Any]]:
-    """An assistant message's calls in the OpenAI form a chat template reads: from its
-    tool-call blocks, else from ``additional_kwargs["tool_calls"]`` (OpenAI dicts)."""
+def _calls(message: ChatMessage) -> list[ToolCall]:
+    """An assistant message's calls in the form a chat template reads: from its tool-call
+    blocks, else from ``additional_kwargs["tool_calls"]`` (OpenAI dicts)."""
     calls = [
-        {"id": b.tool_call_id or "", "name": b.tool_name, "arguments": b.tool_kwargs}
+        tool_call(b.tool_call_id, b.tool_name, b.tool_kwargs)
         for b in message.blocks
         if isinstance(b, ToolCallBlock)
     ]
     if not calls:
         for call in message.additional_kwargs.get("tool_calls") or ():
             call = call.model_dump() if hasattr(call, "model_dump") else call
-            calls.append({"id": call.get("id") or "", **call["function"]})
-    return [
-        {
-            "id": call["id"],
-            "type": "function",
-            "function": {"name": call["name"], "arguments": _arguments(call["arguments"])},
-        }
-        for call in calls
-    ]
+            function = call["function"]
+            calls.append(tool_call(call.get("id"), function["name"], function["arguments"]))
+    return calls
 
 
 def to_message(message: ChatMessage, index: int) -> Message:
@@ -124,7 +109,7 @@ def to_message(message: ChatMessage, index: int) -> Message:
     return turn
 
 
-def to_conversation(messages: Sequence[ChatMessage]) -> list[Message]:
+def turns_from_llama_index(messages: Sequence[ChatMessage]) -> list[Message]:
     """LlamaIndex messages as chat-template turns, one per message (the request merges
     consecutive text turns of one role)."""
     return [to_message(message, index) for index, message in enumerate(messages)]

@@ -18,15 +18,15 @@ from haystack.tools import (
     serialize_tools_or_toolset,
 )
 from haystack.utils import Secret, deserialize_callable, serialize_callable
-from specem_chain import Feedback, Request, Update, open_request
-from specem_chain.answer_formats import request_format
+from specem_chain import Feedback, Request, RequestSettings, Update, open_request
+from specem_chain.answer_formats import AnswerOptions
 from specem_chain.members import ensemble_name
+from specem_chain.request import merge_call
 from specem_chain.request import warm_up as load_members
 from specem_chain.sync import iterate_sync, run_sync
 
-from .conversation import openai_tools, to_conversation
-from .options import (
-    CallOptions,
+from .conversation import openai_tools, turns_from_haystack
+from .members import (
     MemberSpec,
     check_api_keys,
     member_data,
@@ -70,10 +70,11 @@ class SpecEMChatGenerator:
             dumps. None: the embedded default ensemble.
         :param generation_kwargs: The request's settings, the fields of
             ``specem_chain.RequestSettings`` (``max_tokens``, ``window``, ``policy``,
-            ``seed``, ``temperature``, ``answer_timeout``, ...), and ``stop``,
-            ``tool_choice`` (``"auto"``, ``"none"``, ``"any"`` / ``"required"`` or a tool's
-            name) and ``response_format`` (OpenAI's ``json_object`` or ``json_schema``).
-            ``run`` may override them per call. A bad key or value raises here.
+            ``seed``, ``temperature``, ``answer_timeout``, ...), and the answer's options,
+            as every specem front end takes them: ``stop``, ``tool_choice`` (``"auto"``,
+            ``"none"``, ``"any"`` / ``"required"`` or a tool's name), ``response_format``
+            (OpenAI's ``json_object`` or ``json_schema``), ``parallel_tool_calls`` and
+            ``strict``. ``run`` may override them per call. A bad key or value raises here.
         :param streaming_callback: Called with each ``StreamingChunk``: one per round.
         :param tools: Haystack tools or toolsets the members may call.
         :param api_keys: Remote members' API keys as Haystack secrets, by member name
@@ -89,8 +90,7 @@ class SpecEMChatGenerator:
         self.api_keys = dict(api_keys or {})
         self.feedback = feedback
         check_api_keys(self.api_keys, self.members)
-        options = CallOptions.of(self.generation_kwargs)
-        request_format(openai_tools(tools), options.tool_choice, options.response_format)
+        self._options(self.generation_kwargs, tools)
 
     @property
     def model_name(self) -> str:
@@ -137,6 +137,17 @@ class SpecEMChatGenerator:
             init["feedback"] = Feedback.from_json(init["feedback"])
         return default_from_dict(cls, data)
 
+    @staticmethod
+    def _options(
+        generation_kwargs: Mapping[str, Any], tools: ToolsType | None
+    ) -> tuple[RequestSettings, AnswerOptions]:
+        """The call's settings and answer options: an unknown key raises an error that
+        lists the known ones (a ValueError), a bad value one that names it."""
+        arguments = dict(generation_kwargs)
+        if tools:
+            arguments["tools"] = openai_tools(tools)
+        return merge_call(RequestSettings(), arguments, what="generation_kwargs")
+
     def _request(
         self,
         messages: Sequence[ChatMessage],
@@ -144,15 +155,15 @@ class SpecEMChatGenerator:
         tools: ToolsType | None,
     ) -> Request:
         """The request for one call; bad input raises here, before any member runs."""
-        options = CallOptions.of({**self.generation_kwargs, **(generation_kwargs or {})})
+        settings, options = self._options(
+            {**self.generation_kwargs, **(generation_kwargs or {})},
+            tools if tools is not None else self.tools,
+        )
         return open_request(
             with_api_keys(self.members, self.api_keys),
-            to_conversation(messages),
-            options.settings,
-            stop=options.stop,
-            tools=openai_tools(tools if tools is not None else self.tools),
-            tool_choice=options.tool_choice,
-            response_format=options.response_format,
+            turns_from_haystack(messages),
+            settings,
+            options,
             feedback=self.feedback,
         )
 

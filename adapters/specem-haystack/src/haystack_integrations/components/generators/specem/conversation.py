@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from haystack.dataclasses import ChatMessage, ChatRole, TextContent, ToolCall
+from haystack.dataclasses import ChatMessage, ChatRole, TextContent
 from haystack.tools import Tool, Toolset, _check_duplicate_tool_names, flatten_tools_or_toolsets
-from specem_chain.engine.types import Message
+from specem_chain.engine.types import Message, tool_call
 
 ToolsArg = list[Tool | Toolset] | Toolset | None
 
@@ -28,14 +28,6 @@ def _text(message: ChatMessage, index: int) -> str:
             "SpecEMChatGenerator accepts text content only"
         )
     return "".join(message.texts)
-
-
-def _call(call: ToolCall) -> dict:
-    return {
-        "id": call.id or "",
-        "type": "function",
-        "function": {"name": call.tool_name, "arguments": call.arguments},
-    }
 
 
 def to_turn(message: ChatMessage, index: int) -> Message:
@@ -60,11 +52,13 @@ def to_turn(message: ChatMessage, index: int) -> Message:
         }
     turn: Message = {"role": message.role.value, "content": _text(message, index)}
     if message.tool_calls:
-        turn["tool_calls"] = [_call(call) for call in message.tool_calls]
+        turn["tool_calls"] = [
+            tool_call(call.id, call.tool_name, call.arguments) for call in message.tool_calls
+        ]
     return turn
 
 
-def to_conversation(messages: Sequence[ChatMessage]) -> list[Message]:
+def turns_from_haystack(messages: Sequence[ChatMessage]) -> list[Message]:
     """Haystack messages as chat-template turns, one per message (the request merges
     consecutive text turns of one role)."""
     return [to_turn(message, index) for index, message in enumerate(messages)]

@@ -82,24 +82,11 @@ class Reply:
     def meta(self, answer: Answer) -> dict[str, Any]:
         """The reply's metadata: model, finish reason, usage and the specem provenance (with
         the calls that could not be read, if any)."""
-        usage = answer.usage()
-        specem = answer.summary()
-        invalid = [
-            {"name": c.name, "text": c.text, "error": c.error}
-            for c in answer.tool_calls
-            if not c.valid
-        ]
-        if invalid:
-            specem["invalid_tool_calls"] = invalid
         return {
             "model": self.model,
             "finish_reason": answer.stop_reason,
-            "usage": {
-                "prompt_tokens": usage["input_tokens"],
-                "completion_tokens": usage["output_tokens"],
-                "total_tokens": usage["total_tokens"],
-            },
-            "specem": specem,
+            "usage": answer.tokens.openai(),
+            "specem": answer.metadata(),
         }
 
     def reply(self, answer: Answer) -> ChatMessage:

@@ -1,22 +1,16 @@
-"""The generator's options in the request's terms: members, settings and answer options, and
-the members as plain data for ``to_dict``."""
+"""The generator's members: from specs, as plain data for ``to_dict``, and with their API
+keys from Haystack secrets."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from haystack.utils import Secret
 from pydantic import SecretStr
-from specem_chain import Member, RequestSettings
+from specem_chain import Member
 from specem_chain.members import member_list
 from specem_chain.models import DEFAULT_MEMBERS
-
-SETTINGS = tuple(RequestSettings.model_fields)
-"""``generation_kwargs`` keys that are request settings (declared once, in RequestSettings)."""
-ANSWER_OPTIONS = ("stop", "tool_choice", "response_format")
-"""``generation_kwargs`` keys that shape the answer."""
 
 MemberSpec = str | Member | Mapping[str, Any]
 
@@ -65,34 +59,3 @@ def with_api_keys(members: Sequence[Member], api_keys: Mapping[str, Secret]) -> 
         else m
         for m in members
     ]
-
-
-@dataclass(frozen=True)
-class CallOptions:
-    """One call's ``generation_kwargs``, checked: the request's settings and answer options."""
-
-    settings: RequestSettings
-    stop: list[str]
-    tool_choice: Any = None
-    response_format: dict[str, Any] | None = None
-
-    @classmethod
-    def of(cls, generation_kwargs: Mapping[str, Any]) -> CallOptions:
-        """Check ``generation_kwargs``: an unknown key raises a ValueError that lists the
-        known ones, a bad value a pydantic ValidationError that names it."""
-        unknown = [k for k in generation_kwargs if k not in (*SETTINGS, *ANSWER_OPTIONS)]
-        if unknown:
-            raise ValueError(
-                f"unsupported generation_kwargs {unknown}; SpecEMChatGenerator takes "
-                f"{', '.join((*SETTINGS, *ANSWER_OPTIONS))}"
-            )
-        settings = RequestSettings.model_validate(
-            {k: v for k, v in generation_kwargs.items() if k in SETTINGS}
-        )
-        stop = generation_kwargs.get("stop") or []
-        return cls(
-            settings=settings,
-            stop=[stop] if isinstance(stop, str) else list(stop),
-            tool_choice=generation_kwargs.get("tool_choice"),
-            response_format=generation_kwargs.get("response_format"),
-        )

@@ -130,6 +130,13 @@ def test_call_settings_override_the_constructors(llm):
     assert short.raw["specem"]["answer_tokens"] <= 2 and short.raw["finish_reason"] == "length"
 
 
+def test_a_call_takes_every_answer_option_specem_front_ends_take(llm):
+    weather = {"type": "function", "function": {"name": "weather", "parameters": {}}}
+    request = llm._request(QUESTION, {"tools": [weather], "parallel_tool_calls": False})
+    assert request.format.stop == ("</tool_call>",)  # one call at most
+    assert llm._request(QUESTION, {"strict": True, "stop": ["\n"]}).config.stop == ("\n",)
+
+
 def test_bad_settings_raise_before_any_member_runs():
     missing = [Member(source="/nonexistent/model-a"), Member(source="/nonexistent/model-b")]
     llm = SpecEM(members=missing)  # opening either member would fail

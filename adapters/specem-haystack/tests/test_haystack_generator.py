@@ -9,6 +9,7 @@ import pytest
 from haystack import Pipeline
 from haystack.components.generators.utils import _convert_streaming_chunks_to_chat_message
 from haystack.dataclasses import ChatMessage, ChatRole, ImageContent, StreamingChunk
+from haystack.tools import tool
 from haystack.utils import Secret
 from pydantic import ValidationError
 from specem_chain import Feedback, Member
@@ -133,6 +134,18 @@ def test_call_settings_override_the_init_ones(generator):
     assert reply.meta["finish_reason"] == "length"
     assert reply.meta["specem"]["answer_tokens"] == 2
     assert len(reply.meta["specem"]["segments"]) == 2  # a window of one token per round
+
+
+def test_a_call_takes_every_answer_option_specem_front_ends_take(generator):
+    @tool
+    def weather(city: str) -> str:
+        """The weather in a city."""
+        return "sunny"
+
+    options = {"parallel_tool_calls": False, "strict": True}
+    request = generator._request(QUESTION, options, [weather])
+    assert request.format.stop == ("</tool_call>",)  # one call at most
+    assert [t["function"]["name"] for t in request.format.tools] == ["weather"]
 
 
 def test_bad_settings_raise_at_init_naming_them():

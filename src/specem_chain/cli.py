@@ -1,10 +1,15 @@
-"""The ``specem`` command: chat with an ensemble, and manage the built-in members."""
+"""The ``specem`` command: chat with an ensemble, and manage the built-in members.
+
+Commands that other packages add (``specem serve``, from the OpenAI-server adapter) are
+found by their entry points in the :data:`PLUGINS` group, so this package never imports
+them.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import json
-import os
+from importlib.metadata import entry_points
 from pathlib import Path
 from types import ModuleType
 from typing import Annotated
@@ -16,12 +21,13 @@ from rich.table import Table
 from rich.text import Text
 
 from . import models
+from .cli_options import describe, err, fail, quiet_transformers, with_settings
 from .errors import SpecEMError
 from .evaluation import cli as evaluation_cli
 from .feedback import Feedback
-from .members import BackendName, Member, ensemble_name, member_list
+from .members import BackendName, Member, member_list
 from .report import report
-from .request import Answer, RequestSettings, open_request, warm_up
+from .request import Answer, RequestSettings, open_request
 
 app = typer.Typer(
     help="SpecEM: several LLMs write one answer together, one segment at a time.",
@@ -35,43 +41,20 @@ app.command("replay")(evaluation_cli.replay_command)
 
 COLOURS = ("cyan", "magenta", "green", "yellow", "blue", "red")
 out = Console(highlight=False)
-err = Console(stderr=True, highlight=False)
 
-
-def fail(message: str) -> typer.Exit:
-    # one line whatever the terminal's width: the terminal wraps it, not rich
-    err.print(Text.assemble(("error: ", "bold red"), message), soft_wrap=True)
-    return typer.Exit(2)
-
-
-def describe(error: ValidationError) -> str:
-    """One line per invalid setting, named as the command line names it."""
-    return "; ".join(
-        f"--{'-'.join(str(p) for p in e['loc']).replace('_', '-')}: {e['msg']}"
-        for e in error.errors()
-    )
-
-
-DEFAULTS = RequestSettings()
-"""The request settings' own defaults, which the options show."""
-
-
-def setting(name: str) -> typer.models.OptionInfo:
-    """An option for a request setting, described as the setting describes itself."""
-    return typer.Option(help=RequestSettings.model_fields[name].description)
-
-
-def quiet_transformers() -> None:
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-    try:
-        from transformers.utils import logging
-    except ImportError:
-        return
-    logging.set_verbosity_error()
-    logging.disable_progress_bar()
+PLUGINS = "specem_chain.commands"
+"""The entry-point group of commands that other packages add to ``specem``."""
+MISSING_PLUGINS = {
+    "serve": (
+        "Serve the ensemble over the OpenAI chat API (needs the OpenAI-server adapter).",
+        "serve needs the OpenAI-server adapter: pip install ./adapters/specem-openai-server",
+    ),
+}
+"""Commands of other packages, and what to install when one is missing."""
 
 
 @app.command()
+@with_settings()
 def chat(
     prompt: Annotated[str, typer.Argument(help="The question to answer.")],
     member: Annotated[
@@ -84,17 +67,6 @@ def chat(
         ),
     ] = None,
     system: Annotated[str | None, typer.Option(help="A system message.")] = None,
-    window: Annotated[int, setting("window")] = DEFAULTS.window,
-    max_tokens: Annotated[int, setting("max_tokens")] = DEFAULTS.max_tokens,
-    policy: Annotated[str, setting("policy")] = DEFAULTS.policy,
-    learning_rate: Annotated[float, setting("learning_rate")] = DEFAULTS.learning_rate,
-    scoring: Annotated[str, setting("scoring")] = DEFAULTS.scoring,
-    seed: Annotated[int | None, setting("seed")] = DEFAULTS.seed,
-    temperature: Annotated[float | None, setting("temperature")] = None,
-    repeat_penalty: Annotated[float | None, setting("repeat_penalty")] = None,
-    loop_penalty: Annotated[float | None, setting("loop_penalty")] = None,
-    drafts: Annotated[int | None, setting("drafts")] = None,
-    gate: Annotated[float, setting("gate")] = DEFAULTS.gate,
     feedback_path: Annotated[
         Path | None,
         typer.Option(
@@ -116,6 +88,8 @@ def chat(
             dir_okay=False,
         ),
     ] = None,
+    *,
+    settings: RequestSettings,
 ) -> None:
     """Answer PROMPT with the ensemble, streaming each segment in its member's colour."""
     if not prompt.strip():
@@ -124,19 +98,6 @@ def chat(
         raise fail(f"--report: folder {str(report_path.parent)!r} does not exist")
     feedback = task_feedback(feedback_path) if feedback_path else None
     try:
-        settings = RequestSettings(
-            window=window,
-            max_tokens=max_tokens,
-            policy=policy,  # type: ignore[arg-type]  # validated by pydantic
-            learning_rate=learning_rate,
-            scoring=scoring,  # type: ignore[arg-type]
-            seed=seed,
-            temperature=temperature,
-            repeat_penalty=repeat_penalty,
-            loop_penalty=loop_penalty,
-            drafts=drafts,
-            gate=gate,
-        )
         members = member_list(member or models.DEFAULT_MEMBERS)
     except ValidationError as error:
         raise fail(describe(error)) from None
@@ -159,7 +120,7 @@ def chat(
         out.print_json(json.dumps(answer.to_json()))
     else:
         out.print()
-        out.print(summary(answer))
+        out.print(members_table(answer))
     if report_path:
         try:
             report_path.write_text(report(answer.to_json(), question=prompt), encoding="utf-8")
@@ -201,7 +162,7 @@ async def _chat(
     return run.answer
 
 
-def summary(answer: Answer) -> Table:
+def members_table(answer: Answer) -> Table:
     """Where every member ran, its wins, final weight and tokens."""
     usage = answer.usage()["per_member"]
     table = Table(title=f"finish: {answer.finish_reason}", title_justify="left")
@@ -217,57 +178,6 @@ def summary(answer: Answer) -> Table:
             str(usage[name]["output_tokens"]),
         )
     return table
-
-
-@app.command()
-def serve(
-    member: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--member",
-            "-m",
-            help="A member, as for chat. Repeatable. Default: the embedded default ensemble.",
-        ),
-    ] = None,
-    host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
-    batching: Annotated[
-        bool,
-        typer.Option(
-            help="Read concurrent requests in one batch on llama.cpp members (faster under "
-            "load; an answer may differ slightly from the same answer made alone)."
-        ),
-    ] = True,
-    repeat_penalty: Annotated[float | None, setting("repeat_penalty")] = None,
-    loop_penalty: Annotated[float | None, setting("loop_penalty")] = None,
-) -> None:
-    """Serve the ensemble over the OpenAI chat API: POST /v1/chat/completions. A request's
-    max_tokens, temperature, seed, repeat_penalty and loop_penalty override the server's."""
-    quiet_transformers()
-    try:
-        import uvicorn
-        from specem_openai_server import create_app
-    except ImportError:
-        raise fail(
-            "serve needs the OpenAI-server adapter: pip install ./adapters/specem-openai-server"
-        ) from None
-    try:
-        settings = RequestSettings(repeat_penalty=repeat_penalty, loop_penalty=loop_penalty)
-        members = member_list(member or models.DEFAULT_MEMBERS)
-        if batching:
-            members = [
-                m.model_copy(update={"batching": True})
-                if not m.remote and models.runs_on(m) == "llamacpp"
-                else m
-                for m in members
-            ]
-        asyncio.run(warm_up(members))  # load every member now, not in the first request
-    except ValidationError as error:
-        raise fail(describe(error)) from None
-    except (SpecEMError, ValueError) as error:
-        raise fail(str(error)) from None
-    err.print(f"serving {ensemble_name(members)} at http://{host}:{port}/v1")
-    uvicorn.run(create_app(members, settings), host=host, port=port)
 
 
 @app.command()
@@ -457,3 +367,25 @@ def serve_tgi(
         serve(Member(source=member), host, port, prefill_logprobs=prefill_logprobs)
     except (SpecEMError, ValidationError) as error:
         raise fail(str(error)) from None
+
+
+def add_plugins() -> None:
+    """Add the commands that installed packages declare in :data:`PLUGINS`; one that is
+    missing (``serve``) says what to install, whatever it is given."""
+    found = {entry.name: entry for entry in entry_points(group=PLUGINS)}
+    for name, entry in found.items():
+        app.command(name)(entry.load())
+    for name, (about, install) in MISSING_PLUGINS.items():
+        if name not in found:
+            extra = {"ignore_unknown_options": True, "allow_extra_args": True}
+            app.command(name, help=about, context_settings=extra)(_explaining(install))
+
+
+def _explaining(install: str):
+    def command(ctx: typer.Context) -> None:
+        raise fail(install)
+
+    return command
+
+
+add_plugins()

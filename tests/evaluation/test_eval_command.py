@@ -73,7 +73,7 @@ def test_eval_runs_end_to_end_and_resumes(tiny_models, tmp_path):
         for m in r["sampling"]
     } == {1.0}
     wrong = runner.invoke(app, [*args, "--repeat-penalty", "0.5"])
-    assert wrong.exit_code == 2 and "repeat_penalty" in wrong.output
+    assert wrong.exit_code == 2 and "--repeat-penalty: Input should be" in wrong.output
 
 
 def test_a_run_split_with_skip_gives_the_answers_of_the_whole_run(tiny_models, tmp_path):

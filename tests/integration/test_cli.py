@@ -7,7 +7,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from specem_chain import Feedback
+from specem_chain import Feedback, RequestSettings
 from specem_chain.cli import app
 from specem_chain.models import BUILTINS
 
@@ -91,8 +91,7 @@ def test_a_bad_feedback_file_is_an_error_before_any_member_runs(tmp_path, saved,
         (["chat", "hi", "--loop-penalty", "0.9"], "--loop-penalty: Input should be"),
         (["chat", "hi", "--temperature", "-1"], "--temperature: Input should be"),
         (["chat", "hi", "--drafts", "0"], "--drafts: Input should be greater than or equal to 1"),
-        (["serve", "--repeat-penalty", "3"], "--repeat-penalty: Input should be"),
-        (["serve", "--loop-penalty", "0.5"], "--loop-penalty: Input should be"),
+        (["chat", "hi", "--answer-timeout", "0"], "--answer-timeout: Input should be greater"),
         (["chat", "   "], "the prompt is empty"),
         (["chat", "hi", "--feedback", "/no/such/folder/task.json"], "--feedback: folder"),
         (["chat", "hi", "--gate", "1"], "--gate: Input should be less than 1"),
@@ -106,6 +105,12 @@ def test_bad_input_gets_a_clear_error_and_no_traceback(args, message):
     assert result.exit_code == 2
     assert message in " ".join(result.stderr.split())
     assert "Traceback" not in result.output
+
+
+def test_chat_has_an_option_for_every_request_setting():
+    help_text = " ".join(specem("chat", "--help").stdout.split())
+    for name in RequestSettings.model_fields:
+        assert f"--{name.replace('_', '-')}" in help_text
 
 
 def test_a_prompt_longer_than_a_members_context_is_a_clear_error(pair_args):

@@ -4,13 +4,21 @@ stay short enough to read."""
 from __future__ import annotations
 
 import ast
+import itertools
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).parents[2] / "src" / "specem_chain"
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pytest's own dependency before 3.11
+    import tomli as tomllib
+
+ROOT = Path(__file__).parents[2]
+PACKAGE = ROOT / "src" / "specem_chain"
+ADAPTERS = sorted(p.parent for p in (ROOT / "adapters").glob("*/pyproject.toml"))
 
 LAYERS = {
     "errors": 0,
@@ -26,6 +34,7 @@ LAYERS = {
     "structured_output": 6,
     "report": 6,
     "cli": 6,
+    "cli_options": 6,
     "evaluation": 6,
     "benchmark": 6,
     "servers": 6,
@@ -101,6 +110,79 @@ def test_the_walk_sees_relative_and_absolute_imports(tmp_path):
     engine = PACKAGE / "engine" / "loop.py"
     assert "engine.rounds" in imported(engine) or "engine.rounds.accept" in imported(engine)
     assert any(n.startswith("engine") for n in imported(PACKAGE / "request.py"))
+
+
+# -- across packages: the core and the adapters ------------------------------------------
+
+
+def distribution(folder: Path) -> str:
+    return tomllib.loads((folder / "pyproject.toml").read_text())["project"]["name"]
+
+
+def top_packages(adapter: Path) -> set[str]:
+    """The import names an adapter's source defines (``llama_index.llms.specem``...)."""
+    source = adapter / "src"
+    return {
+        ".".join(init.parent.relative_to(source).parts)
+        for init in source.rglob("__init__.py")
+        if not (init.parent.parent / "__init__.py").exists() or init.parent.parent == source
+    }
+
+
+def imports_anywhere(path: Path) -> set[str]:
+    """Every module ``path`` imports by absolute name, at its top or inside a function."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+    return found
+
+
+def names_any(modules: set[str], packages: set[str]) -> set[str]:
+    return {m for m in modules for p in packages if m == p or m.startswith(p + ".")}
+
+
+ADAPTER_PACKAGES = {adapter.name: top_packages(adapter) for adapter in ADAPTERS}
+
+
+def test_every_adapter_is_seen():
+    assert len(ADAPTERS) == 4 and all(ADAPTER_PACKAGES.values())
+    assert "specem_openai_server" in ADAPTER_PACKAGES["specem-openai-server"]
+    assert "llama_index.llms.specem" in ADAPTER_PACKAGES["llama-index-llms-specem"]
+
+
+def test_the_core_never_imports_an_adapter():
+    every = set().union(*ADAPTER_PACKAGES.values())
+    for path in modules():
+        assert names_any(imports_anywhere(path), every) == set(), path.name
+
+
+@pytest.mark.parametrize("adapter", ADAPTERS, ids=lambda p: p.name)
+def test_an_adapter_imports_the_core_and_no_other_adapter(adapter: Path):
+    others = set().union(*(v for k, v in ADAPTER_PACKAGES.items() if k != adapter.name))
+    sources = list((adapter / "src").rglob("*.py"))
+    for path in sources + list((adapter / "tests").rglob("*.py")):
+        assert names_any(imports_anywhere(path), others) == set(), path.name
+    assert any(names_any(imports_anywhere(p), {"specem_chain"}) for p in sources)
+
+
+def test_packages_depend_downwards_only():
+    """The core's dependencies (extras included) name no adapter; each adapter depends on
+    the core and on no other adapter."""
+    adapters = {distribution(a) for a in ADAPTERS}
+    core = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    wanted = [*core["dependencies"], *itertools.chain(*core["optional-dependencies"].values())]
+    assert not [d for d in wanted if any(d.startswith(a) for a in adapters)]
+    for adapter in ADAPTERS:
+        project = tomllib.loads((adapter / "pyproject.toml").read_text())["project"]
+        needs = [
+            *project["dependencies"],
+            *itertools.chain(*project.get("optional-dependencies", {}).values()),
+        ]
+        assert any(d.startswith("specem-chain") for d in project["dependencies"])
+        assert not [d for d in needs if any(d.startswith(a) for a in adapters)], adapter.name
 
 
 def body_lines(function: ast.FunctionDef | ast.AsyncFunctionDef) -> int:

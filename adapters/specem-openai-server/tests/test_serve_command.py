@@ -6,10 +6,14 @@ import socket
 import subprocess
 import sys
 import time
+from importlib.metadata import entry_points
 from pathlib import Path
 
 import httpx
 import openai
+import pytest
+from specem_chain.cli import PLUGINS, app
+from typer.testing import CliRunner
 
 SPECEM = str(Path(sys.executable).parent / "specem")
 
@@ -61,14 +65,32 @@ def test_specem_serve_with_a_bad_member_exits_with_a_clear_error():
     assert "error: member path '/no/such/model' does not exist" in " ".join(result.stderr.split())
 
 
-def test_specem_serve_without_this_package_names_the_install_command():
-    """The core's CLI imports the adapter when serve starts; here the import fails as it
-    does where the package is not installed."""
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--repeat-penalty", "3"], "--repeat-penalty: Input should be"),
+        (["--loop-penalty", "0.5"], "--loop-penalty: Input should be"),
+        (["--window", "0"], "--window: Input should be greater than or equal to 1"),
+        (["--policy", "best"], "--policy: Input should be 'paper', 'pool' or 'peer'"),
+    ],
+)
+def test_bad_server_settings_are_one_line_errors_before_any_member_loads(args, message):
+    result = CliRunner().invoke(app, ["serve", "-m", "/no/such/model", *args])
+    assert result.exit_code == 2
+    assert message in " ".join(result.stderr.split())
+
+
+def test_specem_finds_serve_by_its_entry_point_and_says_what_to_install_without_it():
+    """Where this package is not installed, the core's ``specem serve`` names it, whatever
+    it is given, and exits 2."""
+    assert any(e.value == "specem_openai_server.cli:serve" for e in entry_points(group=PLUGINS))
     script = (
-        "import sys\n"
-        "sys.modules['specem_openai_server'] = None  # importing it now raises ImportError\n"
+        "import importlib.metadata as metadata\n"
+        "found = metadata.entry_points\n"
+        "metadata.entry_points = lambda **kw: [] if kw.get('group') == "
+        f"{PLUGINS!r} else found(**kw)\n"
         "from specem_chain.cli import app\n"
-        "app(['serve', '--member', 'smollm2'])\n"
+        "app(['serve', '--member', 'smollm2', '--port', '1'])\n"
     )
     result = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=120

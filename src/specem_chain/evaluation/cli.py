@@ -9,26 +9,21 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
-from rich.text import Text
 
+from ..cli_options import err, fail, quiet_transformers, with_settings
 from ..members import BackendName, Member
 from ..models import DEFAULT_MEMBERS, builtin, runs_on
 from ..request import RequestSettings
 
-err = Console(stderr=True, highlight=False)
+EVERY_SYSTEM = ("window", "max_tokens", "repeat_penalty", "temperature")
+"""Request settings that ``specem eval`` sets for every system (a variant may still set the
+sampling ones itself)."""
 
 
 class TaskName(str, Enum):
     gsm8k = "gsm8k"
     instructions = "instructions"
     reference = "reference"
-
-
-def _fail(message: str) -> typer.Exit:
-    # one line whatever the terminal's width: the terminal wraps it, not rich
-    err.print(Text.assemble(("error: ", "bold red"), message), soft_wrap=True)
-    return typer.Exit(2)
 
 
 def _split(values: list[str] | None) -> list[str]:
@@ -41,6 +36,7 @@ def _skipped(examples: list, skip: int) -> list:
     return examples[skip:]
 
 
+@with_settings(EVERY_SYSTEM)
 def eval_command(
     task: Annotated[TaskName, typer.Option(help="How answers are scored.")],
     data: Annotated[
@@ -75,8 +71,6 @@ def eval_command(
         Path | None,
         typer.Option("--out", file_okay=False, help="Results folder. Default: eval/<task>."),
     ] = None,
-    max_tokens: Annotated[int, typer.Option(min=1, help="Answer length limit in tokens.")] = 256,
-    window: Annotated[int, typer.Option(min=1, help="Tokens each member drafts per round.")] = 10,
     backend: Annotated[
         BackendName,
         typer.Option(
@@ -93,24 +87,12 @@ def eval_command(
             "example keeps its own sampling seed."
         ),
     ] = "stored",
-    repeat_penalty: Annotated[
-        float | None,
-        typer.Option(
-            help="Every member's repetition penalty in drafting, in every system (a variant "
-            "may still set its own). Default: each member's own (1.1, or the default "
-            "ensemble's 1); 1 reproduces runs made before it was the default."
-        ),
-    ] = None,
-    temperature: Annotated[
-        float | None,
-        typer.Option(
-            min=0.0,
-            help="Every member's sampling temperature, in every system (a variant may still "
-            "set its own); 0 is greedy. Default: each member's own (0.6).",
-        ),
-    ] = None,
+    *,
+    settings: RequestSettings,
 ) -> None:
-    """Compare the ensemble with its members and baselines on a task; resumable."""
+    """Compare the ensemble with its members and baselines on a task; resumable. The
+    window, answer length, repetition penalty and temperature are every system's (a
+    variant may still set its own sampling)."""
     try:
         from ..errors import SpecEMError
         from . import run, summary
@@ -124,44 +106,43 @@ def eval_command(
         )
         from .tasks import TASKS
     except ImportError as error:
-        raise _fail(
+        raise fail(
             f"eval needs the eval extra ({error}): pip install 'specem-chain[eval]'"
         ) from None
 
     evaluation = TASKS[task.value]
     out_dir = out_dir or Path("eval") / task.value
     try:
-        tuning = RequestSettings(repeat_penalty=repeat_penalty, temperature=temperature)
-        ensemble = _ensemble(_split(members), backend, tuning)
+        ensemble = _ensemble(_split(members), backend, settings)
         examples = run.ordered(_skipped(evaluation.load(data, limit), skip), order)
-        settings = Settings(seed=seed, max_tokens=max_tokens, window=window)
+        shared = Settings(seed=seed, max_tokens=settings.max_tokens, window=settings.window)
         names = split_names(systems or "") or system_names(ensemble, evaluation)
-        chosen = build_systems(names, ensemble, evaluation, settings)
+        chosen = build_systems(names, ensemble, evaluation, shared)
         members_alone = [member_system_name(m) for m in ensemble]
-        solo = build_systems(members_alone, ensemble, evaluation, settings)
+        solo = build_systems(members_alone, ensemble, evaluation, shared)
         manifest = {
             "task": evaluation.name,
             "data": data.name,
             "members": [m.label for m in ensemble],
             "seed": seed,
-            "max_tokens": max_tokens,
-            "window": window,
+            "max_tokens": settings.max_tokens,
+            "window": settings.window,
             "backend": ",".join(sorted({m.backend for m in ensemble if m.kind == "local"})),
         }
         if order != "stored":
             manifest["order"] = order
         store = run.open_store(out_dir, manifest, recipes(chosen, solo))
     except (SpecEMError, ValueError) as error:  # pydantic's ValidationError too
-        raise _fail(str(error)) from None
+        raise fail(str(error)) from None
 
-    _quiet_transformers()
+    quiet_transformers()
     try:
         asyncio.run(run.run(evaluation, examples, chosen, solo, store, err))
     except KeyboardInterrupt:
         err.print(f"interrupted: run the same command again to resume from {out_dir}")
         raise typer.Exit(130) from None
     except SpecEMError as error:
-        raise _fail(str(error)) from None
+        raise fail(str(error)) from None
 
     members_line = "members: " + ", ".join(m.label for m in ensemble)
     title = f"{evaluation.name}, {len(examples)} examples\n{members_line}"
@@ -197,7 +178,7 @@ def replay_command(
             for name in policy or POLICIES
         }
     except ValueError as error:
-        raise _fail(str(error)) from None
+        raise fail(str(error)) from None
     rows = {name: replay.replay(answers, p) for name, p in policies.items()}
     members = answers[0].members
     typer.echo(f"{system}: {len(answers)} answers\n")
@@ -218,12 +199,3 @@ def _ensemble(specs: list[str], backend: BackendName, tuning: RequestSettings) -
             for m in members
         ]
     )
-
-
-def _quiet_transformers() -> None:
-    try:
-        from transformers.utils import logging
-    except ImportError:
-        return
-    logging.set_verbosity_error()
-    logging.disable_progress_bar()

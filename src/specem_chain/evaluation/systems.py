@@ -31,13 +31,16 @@ SPECEM_VARIANTS: dict[str, dict[str, Any]] = {
 BASELINES = ("rank", "mbr", "vote")
 
 
+DEFAULTS = RequestSettings()
+
+
 @dataclass(frozen=True)
 class Settings:
     """What every system shares: the sampling seed and the answer length."""
 
     seed: int = 0
-    max_tokens: int = 256
-    window: int = 10
+    max_tokens: int = DEFAULTS.max_tokens
+    window: int = DEFAULTS.window
 
     def seed_for(self, example: Example) -> int:
         return self.seed + example.index

@@ -1,0 +1,63 @@
+"""``specem serve``: this package's command, which the core's ``specem`` finds by its entry
+point (group ``specem_chain.commands``)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated
+
+import typer
+from pydantic import ValidationError
+from specem_chain import RequestSettings, models
+from specem_chain.cli_options import describe, err, fail, quiet_transformers, with_settings
+from specem_chain.errors import SpecEMError
+from specem_chain.members import ensemble_name, member_list
+from specem_chain.request import warm_up
+
+
+@with_settings()
+def serve(
+    member: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--member",
+            "-m",
+            help="A member, as for chat. Repeatable. Default: the embedded default ensemble.",
+        ),
+    ] = None,
+    host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+    batching: Annotated[
+        bool,
+        typer.Option(
+            help="Read concurrent requests in one batch on llama.cpp members (faster under "
+            "load; an answer may differ slightly from the same answer made alone)."
+        ),
+    ] = True,
+    *,
+    settings: RequestSettings,
+) -> None:
+    """Serve the ensemble over the OpenAI chat API: POST /v1/chat/completions. The settings
+    are every request's defaults; a request's max_tokens, temperature, seed,
+    repeat_penalty and loop_penalty override them."""
+    quiet_transformers()
+    try:
+        members = member_list(member or models.DEFAULT_MEMBERS)
+        if batching:
+            members = [
+                m.model_copy(update={"batching": True})
+                if not m.remote and models.runs_on(m) == "llamacpp"
+                else m
+                for m in members
+            ]
+        asyncio.run(warm_up(members))  # load every member now, not in the first request
+    except ValidationError as error:
+        raise fail(describe(error)) from None
+    except (SpecEMError, ValueError) as error:
+        raise fail(str(error)) from None
+    import uvicorn
+
+    from .app import create_app
+
+    err.print(f"serving {ensemble_name(members)} at http://{host}:{port}/v1")
+    uvicorn.run(create_app(members, settings), host=host, port=port)

@@ -1,0 +1,92 @@
+"""What every ``specem`` command shares: an option for each request setting, derived from
+its declaration (:class:`~specem_chain.request.RequestSettings`: its type, default and
+help), and one-line errors that name the option."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+from collections.abc import Callable, Sequence
+from typing import Annotated, Any, Literal, TypeVar, get_origin
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+from rich.text import Text
+
+from .request import RequestSettings
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+err = Console(stderr=True, highlight=False)
+
+
+def fail(message: str) -> typer.Exit:
+    """Print ``error: message`` and return the exit (status 2) to raise."""
+    # one line whatever the terminal's width: the terminal wraps it, not rich
+    err.print(Text.assemble(("error: ", "bold red"), message), soft_wrap=True)
+    return typer.Exit(2)
+
+
+def describe(error: ValidationError) -> str:
+    """One line per invalid setting, named as the command line names it."""
+    return "; ".join(
+        f"--{'-'.join(str(p) for p in e['loc']).replace('_', '-')}: {e['msg']}"
+        for e in error.errors()
+    )
+
+
+def setting_option(name: str) -> inspect.Parameter:
+    """The command-line option of the request setting ``name``. A choice among names is
+    read as text, so that pydantic checks it with the other settings and a bad one gets
+    the same one-line error."""
+    field = RequestSettings.model_fields[name]
+    kind = str if get_origin(field.annotation) is Literal else field.annotation
+    return inspect.Parameter(
+        name,
+        inspect.Parameter.KEYWORD_ONLY,
+        default=field.default,
+        annotation=Annotated[kind, typer.Option(help=field.description)],
+    )
+
+
+def with_settings(names: Sequence[str] | None = None) -> Callable[[F], F]:
+    """Give a command an option for each request setting in ``names`` (every one when
+    None); the command gets them validated together as ``settings``, a
+    :class:`RequestSettings`, and a bad value exits with status 2 and one line that names
+    its option."""
+    chosen = tuple(RequestSettings.model_fields if names is None else names)
+
+    def decorate(command: F) -> F:
+        signature = inspect.signature(command, eval_str=True)
+        own = [p for p in signature.parameters.values() if p.name != "settings"]
+        options = [setting_option(name) for name in chosen]
+
+        @functools.wraps(command)
+        def run(**arguments: Any) -> Any:
+            values = {name: arguments.pop(name) for name in chosen}
+            try:
+                settings = RequestSettings(**values)
+            except ValidationError as error:
+                raise fail(describe(error)) from None
+            return command(**arguments, settings=settings)
+
+        parameters = [*own, *options]
+        run.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
+        run.__annotations__ = {p.name: p.annotation for p in parameters}
+        del run.__wrapped__  # typer reads the signature above, not the command's
+        return run  # type: ignore[return-value]
+
+    return decorate
+
+
+def quiet_transformers() -> None:
+    """transformers' warnings and progress bars off (a command prints its own)."""
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    try:
+        from transformers.utils import logging
+    except ImportError:
+        return
+    logging.set_verbosity_error()
+    logging.disable_progress_bar()

@@ -21,11 +21,11 @@ from rich.table import Table
 from rich.text import Text
 
 from . import models
-from .cli_options import describe, err, fail, quiet_transformers, with_settings
+from .cli_options import chosen_members, err, fail, quiet_transformers, with_settings
 from .errors import SpecEMError
 from .evaluation import cli as evaluation_cli
 from .feedback import Feedback
-from .members import BackendName, Member, member_list
+from .members import BackendName, Member
 from .report import report
 from .request import Answer, RequestSettings, open_request
 
@@ -97,12 +97,7 @@ def chat(
     if report_path and not report_path.parent.is_dir():
         raise fail(f"--report: folder {str(report_path.parent)!r} does not exist")
     feedback = task_feedback(feedback_path) if feedback_path else None
-    try:
-        members = member_list(member or models.DEFAULT_MEMBERS)
-    except ValidationError as error:
-        raise fail(describe(error)) from None
-    except ValueError as error:  # member names that are not unique
-        raise fail(str(error)) from None
+    members = chosen_members(member)
     messages = [{"role": "system", "content": system}] if system else []
     messages.append({"role": "user", "content": prompt})
     quiet_transformers()
@@ -235,12 +230,7 @@ def bench(
     """Measure speed against the members alone and against the reference design, or under
     load (--concurrency)."""
     quiet_transformers()
-    try:
-        given = member_list(member or models.DEFAULT_MEMBERS)
-    except ValidationError as error:
-        raise fail(describe(error)) from None
-    except ValueError as error:  # member names that are not unique
-        raise fail(str(error)) from None
+    given = chosen_members(member)
     backend = models.runs_on(given[0].model_copy(update={"backend": backend}))
     members = [m.model_copy(update={"backend": backend}) for m in given]
     if server is not None and concurrency is None:

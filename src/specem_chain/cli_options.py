@@ -15,6 +15,8 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.text import Text
 
+from .members import Member, member_list
+from .models import DEFAULT_MEMBERS
 from .request import RequestSettings
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -35,6 +37,17 @@ def describe(error: ValidationError) -> str:
         f"--{'-'.join(str(p) for p in e['loc']).replace('_', '-')}: {e['msg']}"
         for e in error.errors()
     )
+
+
+def chosen_members(specs: Sequence[str] | None) -> list[Member]:
+    """The members that ``--member`` options name (none: the embedded default ensemble);
+    a bad spec exits with a one-line error."""
+    try:
+        return member_list(specs or DEFAULT_MEMBERS)
+    except ValidationError as error:
+        raise fail(describe(error)) from None
+    except ValueError as error:  # member names that are not unique
+        raise fail(str(error)) from None
 
 
 def setting_option(name: str) -> inspect.Parameter:

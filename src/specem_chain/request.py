@@ -453,6 +453,13 @@ class Request:
                 self.feedback.record(self.answer.weights, self.answer.dropped)
             yield self._update(event)
 
+    async def updates(self) -> AsyncIterator[Update]:
+        """The whole request as one async iterator: opened, its updates, and closed however
+        the iteration ends (for code that cannot hold it in ``async with``)."""
+        async with self as run:
+            async for update in run:
+                yield update
+
     def _update(self, event: RoundEvent) -> Update:
         first = len(self.answer.rounds) == 1
         prompts = sum(self.answer.prompt_tokens.values()) if first else 0

@@ -84,17 +84,10 @@ async def complete(request: SpecEMRequest, name: str) -> ChatCompletion:
     return completion(name, request.answer, text)
 
 
-async def updates(request: SpecEMRequest) -> AsyncGenerator[Update, None]:
-    """The request's rounds; its sessions close however the iteration ends."""
-    async with request as run:
-        async for update in run:
-            yield update
-
-
 async def stream(request: SpecEMRequest, name: str, include_usage: bool) -> StreamingResponse:
     """Server-sent events, one per round. The first round is awaited before the response
     starts, so errors that come before any text get their HTTP status."""
-    rounds = updates(request)
+    rounds = request.updates()
     try:
         first = await anext(rounds)
     except Exception as error:

@@ -7,11 +7,16 @@ import asyncio
 from typing import Annotated
 
 import typer
-from pydantic import ValidationError
 from specem_chain import RequestSettings, models
-from specem_chain.cli_options import describe, err, fail, quiet_transformers, with_settings
+from specem_chain.cli_options import (
+    chosen_members,
+    err,
+    fail,
+    quiet_transformers,
+    with_settings,
+)
 from specem_chain.errors import SpecEMError
-from specem_chain.members import ensemble_name, member_list
+from specem_chain.members import ensemble_name
 from specem_chain.request import warm_up
 
 
@@ -41,8 +46,8 @@ def serve(
     are every request's defaults; a request's max_tokens, temperature, seed,
     repeat_penalty and loop_penalty override them."""
     quiet_transformers()
+    members = chosen_members(member)
     try:
-        members = member_list(member or models.DEFAULT_MEMBERS)
         if batching:
             members = [
                 m.model_copy(update={"batching": True})
@@ -51,8 +56,6 @@ def serve(
                 for m in members
             ]
         asyncio.run(warm_up(members))  # load every member now, not in the first request
-    except ValidationError as error:
-        raise fail(describe(error)) from None
     except (SpecEMError, ValueError) as error:
         raise fail(str(error)) from None
     import uvicorn

@@ -1,7 +1,7 @@
 """SpecEMChatGenerator: the SpecEM ensemble as a Haystack chat generator."""
 
 import inspect
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from haystack import component, default_from_dict, default_to_dict
@@ -18,7 +18,7 @@ from haystack.tools import (
     serialize_tools_or_toolset,
 )
 from haystack.utils import Secret, deserialize_callable, serialize_callable
-from specem_chain import Feedback, Request, RequestSettings, Update, open_request
+from specem_chain import Feedback, Request, RequestSettings, open_request
 from specem_chain.answer_formats import AnswerOptions
 from specem_chain.members import ensemble_name
 from specem_chain.request import merge_call
@@ -167,13 +167,6 @@ class SpecEMChatGenerator:
             feedback=self.feedback,
         )
 
-    @staticmethod
-    async def _updates(request: Request) -> AsyncIterator[Update]:
-        """The request's updates, for iterate_sync."""
-        async with request as run:
-            async for update in run:
-                yield update
-
     @component.output_types(replies=list[ChatMessage])
     def run(
         self,
@@ -197,7 +190,7 @@ class SpecEMChatGenerator:
         )
         request = self._request(messages, generation_kwargs, tools)
         reply = Reply(self.model_name, ComponentInfo.from_component(self))
-        for update in iterate_sync(self._updates(request)):
+        for update in iterate_sync(request.updates()):
             for chunk in reply.chunks(update, request.answer):
                 if callback:
                     callback(chunk)

@@ -28,13 +28,26 @@ def remote_ensemble() -> SpecEMChatModel:
     # --8<-- [start:remote]
     return SpecEMChatModel(
         members=[
-            Member.tgi("http://gpu-host-1:8080"),  # Text Generation Inference
-            Member.openai_completions("http://gpu-host-2:8000/v1", model="Qwen/Qwen2.5-7B"),
-            "openai+http://gpu-host-3:8081/v1#llama-3.2-3b",  # the same, as a spec string
+            Member.vllm("http://gpu-host-1:8000"),  # vLLM: its address is all it needs
+            "vllm+http://gpu-host-2:8000",  # the same, as a spec string
+            Member.tgi("http://gpu-host-3:8080"),  # Text Generation Inference
+            "openai+http://gpu-host-4:8081/v1#llama-3.2-3b",  # another completions server
         ],
         scoring="mean_logprob",  # the default, and the only rule servers support
     )
     # --8<-- [end:remote]
+
+
+def vllm_ensemble() -> SpecEMChatModel:
+    # --8<-- [start:vllm]
+    return SpecEMChatModel(
+        members=[
+            "vllm+http://gpu-1:8000",  # a spec string
+            Member.vllm("http://gpu-2:8000"),  # the same, in Python
+            Member.vllm("http://gpu-3:8000", model="org/served-name", request_timeout=30),
+        ]
+    )
+    # --8<-- [end:vllm]
 
 
 def mixed_ensemble() -> SpecEMChatModel:
@@ -42,7 +55,7 @@ def mixed_ensemble() -> SpecEMChatModel:
     return SpecEMChatModel(
         members=[
             "qwen2.5-coder",  # in this process
-            Member.tgi("http://gpu-host-1:8080", request_timeout=30, retries=2),
+            Member.vllm("http://gpu-host-1:8000", request_timeout=30, retries=2),
             Member.openai_completions(
                 "http://gpu-host-2:8000/v1",
                 model="llama-3.2-3b",
@@ -58,6 +71,7 @@ if __name__ == "__main__":
     for llm in (
         local_ensemble("/models/my-model", "/models/phi.gguf"),
         remote_ensemble(),
+        vllm_ensemble(),
         mixed_ensemble(),
     ):
         print(llm.model_name)

@@ -23,6 +23,8 @@ class ScriptedSession:
     candidate with ``scorer`` (one token per UTF-8 byte, at least one); records what it is
     asked; fails as unavailable from call number ``fail_after`` on."""
 
+    runs_on = "scripted"
+
     def __init__(
         self,
         name: str,

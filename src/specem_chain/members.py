@@ -30,12 +30,13 @@ __all__ = [
 
 Role = Literal["both", "drafter", "verifier"]
 DType = Literal["float32", "bfloat16", "float16"]
-Kind = Literal["local", "tgi", "openai"]
+Kind = Literal["local", "tgi", "vllm", "openai"]
+"""Where a member runs: in this process, on a TGI server, on a vLLM server, or on another
+OpenAI-style completions server (llama-cpp-python)."""
 BackendName = Literal["auto", "transformers", "llamacpp"]
-"""Where a member runs: in this process, on a TGI server, or on an OpenAI-style
-completions server (vLLM, llama-cpp-python)."""
+"""Which in-process backend a local member runs on."""
 
-SPEC_PREFIXES: dict[str, Kind] = {"tgi+": "tgi", "openai+": "openai"}
+SPEC_PREFIXES: dict[str, Kind] = {"tgi+": "tgi", "vllm+": "vllm", "openai+": "openai"}
 
 
 class Member(BaseModel):
@@ -44,7 +45,8 @@ class Member(BaseModel):
     For a local member (``kind="local"``), ``source`` is a built-in name (see ``specem models
     list``), a local model folder, a GGUF file, or a Hugging Face hub model id. For a remote
     member it is the server's URL. A spec string names the kind in front of the URL:
-    ``tgi+http://host:8080`` or ``openai+http://host:8000/v1#served-model-name``.
+    ``tgi+http://host:8080``, ``vllm+http://host:8000`` (``#served-model-name`` when the
+    server serves several) or ``openai+http://host:8000/v1#served-model-name``.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -69,7 +71,8 @@ class Member(BaseModel):
         "from the same answer made alone).",
     )
     model: str | None = Field(
-        None, description="openai: the served model name (default: the server's first model)."
+        None,
+        description="vllm, openai: the served model name (default: the server's first model).",
     )
     tokenizer: str | None = Field(
         None,
@@ -94,7 +97,8 @@ class Member(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _kind_from_spec(cls, data: Any) -> Any:
-        """``source="tgi+URL"`` or ``"openai+URL#model"`` sets the kind (and the model)."""
+        """``source="tgi+URL"``, ``"vllm+URL#model"`` or ``"openai+URL#model"`` sets the kind
+        (and the model)."""
         if not isinstance(data, dict) or not isinstance(data.get("source"), str):
             return data
         for prefix, kind in SPEC_PREFIXES.items():
@@ -114,7 +118,12 @@ class Member(BaseModel):
                     f"a {self.kind} member's source must be an http(s) URL, got {self.source!r}"
                 )
         elif self.model or self.tokenizer or self.chat_template:
-            raise ValueError("model, tokenizer and chat_template apply to openai members only")
+            raise ValueError("model, tokenizer and chat_template apply to remote members only")
+        if self.kind in ("tgi", "vllm") and (self.tokenizer or self.chat_template):
+            raise ValueError(
+                f"a {self.kind} member renders the conversation with its server's own chat "
+                "template; tokenizer and chat_template apply to openai members only"
+            )
         if self.batching and (self.remote or self.backend == "transformers"):
             where = f"a {self.kind} member" if self.remote else "backend='transformers'"
             raise ValueError(f"batching applies to members on llama.cpp, not to {where}")
@@ -144,9 +153,18 @@ class Member(BaseModel):
         return cls(source=url, kind="tgi", **settings)
 
     @classmethod
+    def vllm(cls, url: str, model: str | None = None, **settings: object) -> Member:
+        """A member served by vLLM's OpenAI-compatible server: ``url`` is its address
+        (``http://host:8000``, with or without ``/v1``). The server renders the conversation
+        with its own chat template and scores by prompt log-probs; ``model`` names the
+        served model when the server has several."""
+        return cls(source=url, kind="vllm", model=model, **settings)
+
+    @classmethod
     def openai_completions(cls, url: str, model: str | None = None, **settings: object) -> Member:
-        """A member behind an OpenAI-style ``/v1/completions`` server (vLLM,
-        llama-cpp-python). ``url`` ends with the API root, e.g. ``http://host:8000/v1``."""
+        """A member behind another OpenAI-style ``/v1/completions`` server
+        (llama-cpp-python; for vLLM, :meth:`vllm` does more). ``url`` ends with the API
+        root, e.g. ``http://host:8000/v1``."""
         return cls(source=url, kind="openai", model=model, **settings)
 
     @property

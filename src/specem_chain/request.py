@@ -430,6 +430,7 @@ class Request:
             if isinstance(result, MemberUnavailable):
                 self.answer.unavailable[member.label] = result.reason
             else:
+                self.answer.backends[member.label] = result.runs_on
                 self.answer.prompt_tokens[member.label] = result.prompt_tokens
                 seats.append(
                     Seat(member.label, result, member.sampling, member.drafts, member.verifies)

@@ -34,11 +34,14 @@ def test_provenance_report_writes_a_page(tiny_models, tmp_path):
 
 
 def test_the_member_guides_ensembles_build_with_the_right_kinds():
-    from members import local_ensemble, mixed_ensemble, remote_ensemble
+    from members import local_ensemble, mixed_ensemble, remote_ensemble, vllm_ensemble
 
     local = local_ensemble("/models/my-model", "/models/phi.gguf")
     assert [m.kind for m in local.members] == ["local"] * 5
     assert [m.label for m in local.members][:3] == ["smollm2", "mine", "phi"]
-    assert [m.kind for m in remote_ensemble().members] == ["tgi", "openai", "openai"]
-    assert remote_ensemble().members[2].model == "llama-3.2-3b"
-    assert [m.kind for m in mixed_ensemble().members] == ["local", "tgi", "openai"]
+    remote = remote_ensemble().members
+    assert [m.kind for m in remote] == ["vllm", "vllm", "tgi", "openai"]
+    assert [m.label for m in remote[:2]] == ["gpu-host-1:8000", "gpu-host-2:8000"]
+    assert remote[3].model == "llama-3.2-3b"
+    assert [m.kind for m in mixed_ensemble().members] == ["local", "vllm", "openai"]
+    assert [m.label for m in vllm_ensemble().members] == ["gpu-1:8000", "gpu-2:8000", "served-name"]

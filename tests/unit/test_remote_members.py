@@ -24,12 +24,29 @@ def test_spec_strings_name_the_kind_the_url_and_the_model() -> None:
     assert openai.label == "Qwen2.5-7B-Instruct"
     assert Member.openai_completions("http://h:1/v1").label == "h:1"
     assert Member.tgi("http://h:1", name="big").label == "big"
+    vllm = Member(source="vllm+http://gpu-3:8000")
+    assert (vllm.kind, vllm.source, vllm.model, vllm.label) == (
+        "vllm",
+        "http://gpu-3:8000",
+        None,
+        "gpu-3:8000",
+    )
+    assert Member(source="vllm+http://gpu-3:8000/v1#org/big-7b").label == "big-7b"
+    assert Member.vllm("http://gpu-3:8000", model="m") == Member(source="vllm+http://gpu-3:8000#m")
+
+
+def test_a_vllm_member_is_its_servers_address_with_or_without_v1() -> None:
+    from specem_chain.backends.vllm import api_root
+
+    assert api_root("http://gpu-3:8000") == api_root("http://gpu-3:8000/v1/") == "http://gpu-3:8000"
 
 
 def test_chat_model_accepts_remote_specs() -> None:
-    llm = SpecEMChatModel(members=["tgi+http://a:1", "openai+http://b:2/v1#m"], min_members=2)
-    assert [m.kind for m in llm.members] == ["tgi", "openai"]
-    assert llm.model_name == "specem[a:1, m]"
+    llm = SpecEMChatModel(
+        members=["tgi+http://a:1", "openai+http://b:2/v1#m", "vllm+http://c:3"], min_members=2
+    )
+    assert [m.kind for m in llm.members] == ["tgi", "openai", "vllm"]
+    assert llm.model_name == "specem[a:1, m, c:3]"
 
 
 @pytest.mark.parametrize(
@@ -39,6 +56,8 @@ def test_chat_model_accepts_remote_specs() -> None:
         {"source": "ftp://x", "kind": "tgi"},
         {"source": "smollm2", "model": "m"},
         {"source": "tgi+http://a:1", "request_timeout": 0},
+        {"source": "vllm+http://a:1", "tokenizer": "/models/m"},  # the server's template
+        {"source": "tgi+http://a:1", "chat_template": "{{ messages }}"},
     ],
 )
 def test_bad_remote_settings_are_rejected(settings: dict) -> None:

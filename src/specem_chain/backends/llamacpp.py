@@ -324,6 +324,7 @@ class LlamaCppSession(LocalSession):
     """One request's state for one llama.cpp member: its token context."""
 
     backend: LlamaCppBackend
+    runs_on = "llamacpp"
 
     def __init__(self, backend: LlamaCppBackend, prompt: str) -> None:
         super().__init__(backend, prompt)

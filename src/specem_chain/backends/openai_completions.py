@@ -166,6 +166,8 @@ class OpenAICompletionsBackend:
 class OpenAICompletionsSession:
     """One request's context on a completions member."""
 
+    runs_on = "openai"
+
     def __init__(self, backend: OpenAICompletionsBackend, context: str, echo: Echo) -> None:
         self.backend = backend
         self.context = context

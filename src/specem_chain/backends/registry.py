@@ -61,6 +61,10 @@ def _make(member: Member) -> Backend:
         from .tgi import TGIBackend
 
         return TGIBackend(member)
+    if member.kind == "vllm":
+        from .vllm import VLLMBackend
+
+        return VLLMBackend(member)
     if member.kind == "openai":
         from .openai_completions import OpenAICompletionsBackend
 

@@ -127,6 +127,8 @@ class TGIBackend:
 class TGISession:
     """One request's context on a TGI member."""
 
+    runs_on = "tgi"
+
     def __init__(self, backend: TGIBackend, context: str, ids: list[int]) -> None:
         self.backend = backend
         self.context = context

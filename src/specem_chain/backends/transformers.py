@@ -120,6 +120,7 @@ class TransformersSession(LocalSession):
     """One request's state for one in-process member: its context and KV cache."""
 
     backend: TransformersBackend
+    runs_on = "transformers"
 
     def __init__(self, backend: TransformersBackend, prompt: str) -> None:
         super().__init__(backend, prompt)

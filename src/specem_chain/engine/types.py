@@ -107,6 +107,13 @@ class MemberSession(Protocol):
         """Tokens of the rendered conversation, in this member's tokenizer."""
         ...
 
+    @property
+    def runs_on(self) -> str:
+        """Where the member runs, as the answer's provenance names it: ``llamacpp`` or
+        ``transformers`` in this process, or its server's kind (``tgi``, ``openai``,
+        ``vllm (prompt_logprobs)`` with how the server scores)."""
+        ...
+
     async def draft(
         self, window: int, sampling: Sampling, seed: int, run_on: bool = False
     ) -> Draft:
@@ -164,7 +171,7 @@ def tool_call(call_id: str | None, name: str, arguments: dict[str, Any] | str | 
     if args is None and arguments is None:
         args = {}
     if not isinstance(args, dict):
-        raise ValueError(f"the arguments of tool call {call_id or name!r} are not a JSON object")
+        raise ValueError(f"the arguments of {call_id or name!r} are not a JSON object")
     return {"id": call_id or "", "type": "function", "function": {"name": name, "arguments": args}}
 
 

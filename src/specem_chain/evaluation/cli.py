@@ -113,7 +113,7 @@ def eval_command(
     evaluation = TASKS[task.value]
     out_dir = out_dir or Path("eval") / task.value
     try:
-        ensemble = _ensemble(_split(members), backend, settings)
+        ensemble = eval_members(_split(members), backend, settings)
         examples = run.ordered(_skipped(evaluation.load(data, limit), skip), order)
         shared = Settings(seed=seed, max_tokens=settings.max_tokens, window=settings.window)
         names = split_names(systems or "") or system_names(ensemble, evaluation)
@@ -185,7 +185,7 @@ def replay_command(
     typer.echo(replay.table(rows, members), nl=False)
 
 
-def _ensemble(specs: list[str], backend: BackendName, tuning: RequestSettings) -> list[Member]:
+def eval_members(specs: list[str], backend: BackendName, tuning: RequestSettings) -> list[Member]:
     """The members (none: the embedded default ensemble), built-in ones under their
     canonical names, local ones on ``backend`` (``auto`` resolved, so that the run records
     where they ran), with the sampling settings ``tuning`` gives as every one's."""

@@ -6,8 +6,11 @@ weights, so concurrent requests run side by side on the server's event loop.
 
 from __future__ import annotations
 
+import json
+import os
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -16,7 +19,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from specem_chain import Member, RequestSettings, Update, open_request
 from specem_chain import Request as SpecEMRequest
 from specem_chain.members import ensemble_name, member_list
-from specem_chain.request import merge_call
+from specem_chain.request import merge_call, warm_up
 from starlette.exceptions import HTTPException
 
 from .errors import APIError, api_error, validation_error
@@ -32,11 +35,21 @@ def create_app(
     """An OpenAI-compatible app serving the ensemble of ``members`` (``Member`` objects or
     member specs) with ``settings`` as every request's defaults; a request's
     ``max_tokens``, ``temperature``, ``repeat_penalty``, ``loop_penalty`` and ``seed``
-    override theirs. Run it with uvicorn."""
+    override theirs. Run it with uvicorn; it loads every member as it starts."""
     members = member_list(members)
     defaults = settings or RequestSettings()
     name = ensemble_name(members)
-    app = FastAPI(title="specem-chain", description="SpecEM behind the OpenAI chat API.")
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        await warm_up(members)  # in this process: each worker of a server holds its own
+        yield
+
+    app = FastAPI(
+        title="specem-chain",
+        description="SpecEM behind the OpenAI chat API.",
+        lifespan=lifespan,
+    )
     started = int(time.time())
 
     @app.exception_handler(RequestValidationError)
@@ -73,6 +86,35 @@ def create_app(
         return await complete(request, name)
 
     return app
+
+
+SERVED = "SPECEM_SERVE"
+"""The environment variable through which ``specem serve --workers N`` gives each worker
+its members and settings (:func:`served`)."""
+
+
+def serving(members: Sequence[Member], settings: RequestSettings) -> str:
+    """What :data:`SERVED` holds: the members (their API keys included: it goes only to the
+    server's own worker processes) and the settings, as JSON."""
+    return json.dumps(
+        {
+            "members": [
+                m.model_dump(mode="json")
+                | ({"api_key": m.api_key.get_secret_value()} if m.api_key else {})
+                for m in members
+            ],
+            "settings": settings.model_dump(mode="json"),
+        }
+    )
+
+
+def served() -> FastAPI:
+    """The app of one of ``specem serve --workers N``'s workers (a uvicorn factory)."""
+    data = json.loads(os.environ[SERVED])
+    return create_app(
+        [Member.model_validate(m) for m in data["members"]],
+        RequestSettings.model_validate(data["settings"]),
+    )
 
 
 async def complete(request: SpecEMRequest, name: str) -> ChatCompletion:

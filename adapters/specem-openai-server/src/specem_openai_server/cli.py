@@ -4,10 +4,12 @@ point (group ``specem_chain.commands``)."""
 from __future__ import annotations
 
 import asyncio
+import os
+from collections.abc import Sequence
 from typing import Annotated
 
 import typer
-from specem_chain import RequestSettings, models
+from specem_chain import Member, RequestSettings, models
 from specem_chain.cli_options import (
     chosen_members,
     err,
@@ -39,6 +41,15 @@ def serve(
             "load; an answer may differ slightly from the same answer made alone)."
         ),
     ] = True,
+    workers: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="Worker processes behind the one port, each with its own copy of the "
+            "in-process members (members on servers are shared); more workers answer more "
+            "requests at once where the members' compute allows.",
+        ),
+    ] = 1,
     *,
     settings: RequestSettings,
 ) -> None:
@@ -55,12 +66,30 @@ def serve(
                 else m
                 for m in members
             ]
-        asyncio.run(warm_up(members))  # load every member now, not in the first request
+        # every member checked now, not in the first request: loaded here with one worker,
+        # fetched (and servers asked) here with several, each of which loads its own
+        asyncio.run(warm_up(members) if workers == 1 else checked(members))
     except (SpecEMError, ValueError) as error:
         raise fail(str(error)) from None
     import uvicorn
 
-    from .app import create_app
+    from .app import SERVED, create_app, serving
 
     err.print(f"serving {ensemble_name(members)} at http://{host}:{port}/v1")
-    uvicorn.run(create_app(members, settings), host=host, port=port)
+    if workers == 1:
+        uvicorn.run(create_app(members, settings), host=host, port=port)
+        return
+    os.environ[SERVED] = serving(members, settings)
+    uvicorn.run(
+        "specem_openai_server.app:served", factory=True, host=host, port=port, workers=workers
+    )
+
+
+async def checked(members: Sequence[Member]) -> None:
+    """Fetch the built-in members' files and check the servers, loading no model here."""
+    await asyncio.gather(
+        *(
+            warm_up([m]) if m.remote else asyncio.to_thread(models.resolve, m, progress=False)
+            for m in members
+        )
+    )

@@ -15,7 +15,7 @@ from loading import loaded
 from reference_scoring import QUESTION
 
 from specem_chain import SpecEMChatModel
-from specem_chain.backends import llamacpp
+from specem_chain.backends import llamacpp, release
 from specem_chain.backends.llamacpp import LlamaCppBackend
 from specem_chain.engine.types import Segment
 from specem_chain.members import Member, Sampling
@@ -133,6 +133,16 @@ async def test_two_drafts_of_one_round_are_each_scored_from_their_own_logits(rea
     assert scores == pytest.approx(expected, rel=0.01, abs=0.02)
     for s in (session, fresh):
         await s.aclose()
+
+
+def test_released_models_are_freed_and_load_again_at_their_next_use():
+    first = loaded(Member(source="smollm2", backend="llamacpp", batching=True))
+    batcher = first.batcher
+    release()
+    assert first.llm._model.model is None  # freed now, not when the garbage is collected
+    assert not batcher.thread.is_alive()
+    again = loaded(Member(source="smollm2", backend="llamacpp", batching=True))
+    assert again is not first and again.llm._model.model is not None
 
 
 async def test_a_seeded_draft_is_reproducible():

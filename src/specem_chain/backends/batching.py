@@ -122,7 +122,19 @@ class Batcher:
         """The sequences in the last step, not released since: the next step waits (up to
         :data:`GATHER`) for their reads."""
         self.cond = threading.Condition()
-        threading.Thread(target=self._loop, name="specem-batcher", daemon=True).start()
+        self.closed = False
+        self.thread = threading.Thread(target=self._loop, name="specem-batcher", daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        """Stop the decoding thread, then free the context (no request may be running)."""
+        with self.cond:
+            self.closed = True
+            self.cond.notify_all()
+        self.thread.join()
+        self.executor.shutdown()
+        llama_cpp.llama_batch_free(self.batch)
+        self.ctx.close()
 
     # -- sequences ---------------------------------------------------------------------
 
@@ -190,7 +202,9 @@ class Batcher:
     def _loop(self) -> None:
         while True:
             with self.cond:
-                self.cond.wait_for(lambda: self.pending or self.cleared)
+                self.cond.wait_for(lambda: self.pending or self.cleared or self.closed)
+                if self.closed:
+                    return
                 self.cond.wait_for(lambda: self.cleared or self._gathered(), timeout=GATHER)
                 cleared, self.cleared = self.cleared, []
                 items = list(self.pending)

@@ -129,6 +129,12 @@ class LlamaCppBackend:
         self.template = ChatTemplate.from_source(meta.get("tokenizer.chat_template"), **special)
         self.end_of_turn, self.turn_end = self._end_of_turn(meta)
 
+    def close(self) -> None:
+        """Free the model and its contexts now (no request may be running on it)."""
+        if self.batcher is not None:
+            self.batcher.close()
+        self.llm.close()
+
     @classmethod
     def load(cls, member: Member) -> LlamaCppBackend:
         """Load the member's GGUF."""

@@ -56,6 +56,20 @@ def loaded_backend(member: Member) -> Backend:
         return found
 
 
+def release() -> None:
+    """Forget every loaded backend, so that its model's memory is freed once nothing holds
+    it (a member loads again at its next request). Call it between tasks, never while a
+    request runs: that request's sessions keep their models, and the next one loads
+    another copy."""
+    with _lock:
+        loaded = list(_backends.values())
+        _backends.clear()
+    for found in loaded:
+        close = getattr(found, "close", None)  # llama.cpp's models free their memory now
+        if close is not None:
+            close()
+
+
 def _make(member: Member) -> Backend:
     if member.kind == "tgi":
         from .tgi import TGIBackend

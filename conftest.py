@@ -1,22 +1,41 @@
-"""Shared fixtures: tiny random models built offline, and the embedded default ensemble."""
+"""What every test of the repository shares, the adapters' included: no hub, the helpers in
+tests/ and the examples on the import path, tiny random models built offline, and loaded
+models released after each test module, so that a run holds only the models its current
+module uses."""
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from hypothesis import settings
 
 os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["HF_DATASETS_OFFLINE"] = "1"
+os.environ["HAYSTACK_TELEMETRY_ENABLED"] = "False"  # nothing leaves the machine in a test
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-sys.path.insert(0, str(Path(__file__).parent))
+ROOT = Path(__file__).parent
+sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "examples")]
 
 # Tests never assert timings: Hypothesis's 200 ms deadline per example fails property tests
 # on a loaded 2-core machine (seen: 289 ms for a JSON-prefix check beside two evals).
 settings.register_profile("no-deadline", deadline=None)
 settings.load_profile("no-deadline")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def release_models() -> Iterator[None]:
+    """Each module's loaded members are freed when it ends (the backends' registry keeps
+    every model it loads until released)."""
+    yield
+    from specem_chain.backends import release
+
+    release()
+    gc.collect()
 
 
 @pytest.fixture(scope="session")

@@ -309,14 +309,18 @@ def _load(
 
 @models_app.command("list")
 def models_list() -> None:
-    """Show the built-in members and whether they are cached."""
+    """Show the built-in members and, per backend, whether the cache holds them."""
     for row in models.list_models():
+        held = ", ".join(
+            f"{backend}: {'cached' if cached else 'not cached yet'}"
+            for backend, cached in row.cached.items()
+        )
         out.print(
             Text.assemble(
                 (row.name, "bold"),
                 f"  (alias {', '.join(row.aliases)})  ",
                 ("default" if row.default else "optional", "green" if row.default else ""),
-                f" member, {'cached' if row.cached else 'not cached yet'}, {row.licence}",
+                f" member, {row.licence}; {held}",
             )
         )
         out.print(f"    {row.description}")
@@ -327,13 +331,23 @@ def models_pull(
     names: Annotated[
         list[str] | None, typer.Argument(help="Built-in names; default: the default ensemble's.")
     ] = None,
+    backend: Annotated[
+        BackendName,
+        typer.Option(
+            help="The backend to fetch them for: auto (as a request would), "
+            "llamacpp (the GGUF) or transformers (the GGUF converted to a folder)."
+        ),
+    ] = "auto",
 ) -> None:
-    """Fetch, verify and convert built-in members now, so later runs start at once."""
+    """Fetch and verify built-in members now, in the form their backend loads, so that
+    later runs start at once."""
     quiet_transformers()
     try:
         for name in names or [m.source for m in models.DEFAULT_MEMBERS]:
-            out.print(f"{name}: {models.model_folder(name)}")
-    except SpecEMError as error:
+            models.builtin_model(name)  # a name that is not a built-in one is an error
+            member = models.resolve(Member(source=name, backend=backend), progress=True)
+            out.print(f"{name} ({member.backend}): {member.source}")
+    except (SpecEMError, ValidationError) as error:
         raise fail(str(error)) from None
 
 

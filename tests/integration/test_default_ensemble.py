@@ -15,7 +15,10 @@ from specem_chain.engine.types import Segment
 from specem_chain.members import Member
 from specem_chain.models import DEFAULT_MEMBERS, gguf_path
 
-CHAT_MODELS = ("smollm2-135m-instruct", "qwen2.5-coder-0.5b-instruct")
+CHAT_MODELS = [
+    "smollm2-135m-instruct",
+    pytest.param("qwen2.5-coder-0.5b-instruct", marks=pytest.mark.heavy),
+]
 
 pytestmark = pytest.mark.models
 

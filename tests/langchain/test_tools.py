@@ -9,6 +9,7 @@ from dataclasses import replace
 import pytest
 from langchain_core.messages import AIMessage, AIMessageChunk, HumanMessage, ToolMessage
 from langchain_core.tools import tool
+from loading import seeds
 from pydantic import BaseModel, Field
 from tiny_models import TOOLS_TEMPLATE
 from transformers import AutoTokenizer
@@ -242,7 +243,7 @@ class Person(BaseModel):
 
 
 @pytest.mark.models
-@pytest.mark.parametrize("seed", range(20))
+@pytest.mark.parametrize("seed", seeds(3, 20))
 def test_a_forced_tool_call_is_always_a_valid_call(seed):
     llm = SpecEMChatModel(seed=seed, max_tokens=48).bind_tools(
         [get_weather, magic_function], tool_choice="any"
@@ -256,7 +257,7 @@ def test_a_forced_tool_call_is_always_a_valid_call(seed):
 
 
 @pytest.mark.models
-@pytest.mark.parametrize("seed", range(10))
+@pytest.mark.parametrize("seed", seeds(2, 10))
 def test_structured_output_is_a_valid_object(seed):
     llm = SpecEMChatModel(seed=seed, max_tokens=48).with_structured_output(Person)
     person = llm.invoke("Maria is 34 years old and lives in Porto.")

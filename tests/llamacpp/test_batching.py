@@ -7,7 +7,7 @@ import asyncio
 import json
 
 import pytest
-from loading import loaded
+from loading import LARGER, loaded
 from typer.testing import CliRunner
 
 from specem_chain.backends.batching import SEQUENCES, Batcher
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.models
 
 MEMBERS = [
     Member(source="smollm2", backend="llamacpp", batching=True),
-    Member(source="qwen2.5-coder", backend="llamacpp", batching=True),
+    LARGER.model_copy(update={"batching": True}),
 ]
 QUESTIONS = [
     "What is the capital of France?",

@@ -11,7 +11,7 @@ import sys
 import llama_cpp
 import pytest
 from langchain_core.messages import HumanMessage
-from loading import loaded
+from loading import LARGER, loaded
 from reference_scoring import QUESTION
 
 from specem_chain import SpecEMChatModel
@@ -23,7 +23,6 @@ from specem_chain.members import Member, Sampling
 pytestmark = pytest.mark.models
 
 SMOLLM2 = Member(source="smollm2", backend="llamacpp")
-QWEN = Member(source="qwen2.5-coder", backend="llamacpp")
 
 SCORE_TOLERANCE = 0.5
 """Mean log-probs, llama.cpp vs transformers on the dequantised weights in float32.
@@ -146,7 +145,7 @@ def test_released_models_are_freed_and_load_again_at_their_next_use():
 
 
 async def test_a_seeded_draft_is_reproducible():
-    backend = loaded(QWEN)
+    backend = loaded(SMOLLM2)
     hot = Sampling(temperature=1.0, top_p=1.0)
     first = await backend.open(QUESTION)
     drafts = [await first.draft(8, hot, 3) for _ in range(2)]
@@ -186,16 +185,16 @@ async def test_models_reading_at_the_same_time_share_the_cores(monkeypatch):
 
 
 async def test_the_ensemble_answers_on_llamacpp_members():
-    model = SpecEMChatModel(members=[SMOLLM2, QWEN], max_tokens=24, seed=0)
+    model = SpecEMChatModel(members=[SMOLLM2, LARGER], max_tokens=24, seed=0)
     reply = await model.ainvoke([HumanMessage(QUESTION[0]["content"])])
     segments = reply.response_metadata["specem"]["segments"]
     assert reply.content.strip()
     assert segments and "".join(s["text"] for s in segments) == reply.content
-    assert {s["member"] for s in segments} <= {"smollm2", "qwen2.5-coder"}
+    assert {s["member"] for s in segments} <= {"smollm2", "larger"}
 
 
 async def test_concurrent_requests_answer_as_they_do_alone(monkeypatch):
-    model = SpecEMChatModel(members=[SMOLLM2, QWEN], max_tokens=16, seed=0)
+    model = SpecEMChatModel(members=[SMOLLM2, LARGER], max_tokens=16, seed=0)
     questions = [[HumanMessage("What is the capital of France?")], [HumanMessage("Name a fruit.")]]
     alone = [(await model.ainvoke(q)).content for q in questions]
 
@@ -215,24 +214,34 @@ async def test_concurrent_requests_answer_as_they_do_alone(monkeypatch):
 
 
 async def test_a_mixed_ensemble_of_transformers_and_llamacpp_members():
-    members = [Member(source="smollm2", backend="transformers"), QWEN]
+    members = [Member(source="smollm2", backend="transformers"), LARGER]
     model = SpecEMChatModel(members=members, max_tokens=16, seed=0)
     reply = await model.ainvoke([HumanMessage(QUESTION[0]["content"])])
     assert reply.content.strip()
     assert reply.response_metadata["specem"]["segments"]
     backends = reply.response_metadata["specem"]["backends"]
-    assert backends == {members[0].label: "transformers", QWEN.label: "llamacpp"}
+    assert backends == {members[0].label: "transformers", LARGER.label: "llamacpp"}
 
 
-def test_the_speed_benchmark_measures_members_on_llamacpp(tmp_path):
+@pytest.mark.parametrize(
+    "members",
+    [
+        pytest.param(["smollm2"], id="smollm2"),
+        # the default member (its reference design loads it in float32 on transformers)
+        pytest.param([], id="the default ensemble", marks=pytest.mark.heavy),
+    ],
+)
+def test_the_speed_benchmark_measures_members_on_llamacpp(tmp_path, members):
     import json
 
     from typer.testing import CliRunner
 
     from specem_chain.cli import app
-    from specem_chain.models import DEFAULT_MEMBERS
+    from specem_chain.cli_options import chosen_members
 
-    args = ["bench", "--backend", "llamacpp", "--length", "8", "--repeats", "1"]
+    measured = chosen_members(members)
+    args = ["bench", *(a for m in members for a in ("-m", m)), "--backend", "llamacpp"]
+    args += ["--length", "8", "--repeats", "1"]
     result = CliRunner().invoke(app, [*args, "--reference-repeats", "1", "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output
     assert sorted(p.name for p in tmp_path.iterdir()) == [
@@ -244,9 +253,9 @@ def test_the_speed_benchmark_measures_members_on_llamacpp(tmp_path):
     assert written["backend"] == "llamacpp"
     (row,) = written["rows"]
     assert row["answer_tokens"]["min"] >= 8
-    labels = [m.label for m in DEFAULT_MEMBERS]
+    labels = [m.label for m in measured]
     assert written["members"] == labels and set(row["solo_seconds_per_token"]) == set(labels)
-    assert written["drafts"] == {m.label: m.sampling.drafts for m in DEFAULT_MEMBERS}
+    assert written["drafts"] == {m.label: m.sampling.drafts for m in measured}
     assert all(v["min"] > 0 for v in row["solo_seconds_per_token"].values())
     assert row["overhead_ratio"]["min"] > 0 and row["vs_reference_ratio"]["min"] > 0
     assert "| 8 |" in (tmp_path / "speed-llamacpp.md").read_text()

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from loading import loaded
+from loading import every_builtin, loaded
 
 from specem_chain.engine.types import Message, Segment
 from specem_chain.members import Member
-from specem_chain.models import BUILTINS
 
 pytestmark = pytest.mark.models
 
@@ -47,7 +46,7 @@ SEGMENTS = [" It is", " 21", " °C", ".\n", "\n", "That is", " warm", ":\n\n", "
 """Accepted segments whose joins merge in some tokenizers ("\\n" + "\\n", ":\\n\\n")."""
 
 
-@pytest.mark.parametrize("name", list(BUILTINS))
+@pytest.mark.parametrize("name", every_builtin())
 @pytest.mark.parametrize("tools", [[], [WEATHER]], ids=["no tools", "tools"])
 def test_llamacpp_and_transformers_render_the_same_prompt(name, tools):
     llama = loaded(Member(source=name, backend="llamacpp"))
@@ -60,7 +59,7 @@ def test_llamacpp_and_transformers_render_the_same_prompt(name, tools):
     assert llama.encode(rendered) == hf.encode(rendered)
 
 
-@pytest.mark.parametrize("name", list(BUILTINS))
+@pytest.mark.parametrize("name", every_builtin())
 async def test_contexts_after_accepted_segments_are_the_tokenizers_reading_of_the_text(name):
     """Each session's context is its tokenizer's reading of prompt and answer as one text,
     on both backends, whatever the joins between the accepted segments."""

@@ -19,13 +19,13 @@ from remote_servers import llama_server, tgi_server
 from specem_chain import models
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def tgi_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     with tgi_server(tmp_path_factory.mktemp("tgi")) as (url, _):
         yield url
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def tiny_tgi_url(
     tiny_models: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[str]:
@@ -33,14 +33,14 @@ def tiny_tgi_url(
         yield url
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def llama_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The API root (``.../v1``) of llama-cpp-python's server, serving SmolLM2."""
     with llama_server(tmp_path_factory.mktemp("llama"), "smollm2") as url:
         yield url
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def qwen_llama_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """llama-cpp-python's server serving Qwen2.5-Coder, whose chat prompts do not start
     with its BOS token."""
@@ -48,7 +48,7 @@ def qwen_llama_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield url
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def smollm2_folder() -> Path:
     """The converted SmolLM2 folder: the llama-cpp member's tokenizer and chat template."""
     return models.model_folder("smollm2", progress=False)

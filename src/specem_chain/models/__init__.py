@@ -10,7 +10,7 @@ from typing import Literal
 from ..engine.types import Sampling
 from ..errors import MemberSpecError
 from ..members import Member
-from .cache import cache_dir, folder, is_complete
+from .cache import cache_dir, folder, gguf_file, is_complete
 from .convert import model_folder
 from .fetch import gguf_path
 from .registry import (
@@ -63,14 +63,19 @@ class ModelInfo:
     aliases: tuple[str, ...]
     description: str
     licence: str
-    cached: bool
+    cached: dict[str, bool]
+    """Per backend (``llamacpp``: its GGUF; ``transformers``: its converted folder), whether
+    the cache holds what the backend loads."""
     default: bool
     """A member of the default ensemble, else optional."""
 
 
-def is_cached(name: str | BuiltinModel) -> bool:
-    """Whether the model's safetensors folder is built and complete."""
+def is_cached(name: str | BuiltinModel, backend: str = "transformers") -> bool:
+    """Whether the cache holds what ``backend`` loads of the model: its checked GGUF
+    (``llamacpp``) or its complete converted folder (``transformers``)."""
     model = builtin_model(name)
+    if backend == "llamacpp":
+        return gguf_file(model).is_file()
     return is_complete(folder(model), model)
 
 
@@ -83,7 +88,7 @@ def list_models() -> list[ModelInfo]:
             aliases=m.aliases,
             description=m.description,
             licence=m.licence,
-            cached=is_cached(m),
+            cached={b: is_cached(m, b) for b in ("llamacpp", "transformers")},
             default=m.name in defaults,
         )
         for m in BUILTINS.values()

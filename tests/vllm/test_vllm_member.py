@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 from loading import loaded
+from sessions import accept_alike
 from vllm_server import SERVED
 
 from specem_chain import Member, SpecEMChatModel
@@ -16,8 +17,6 @@ from specem_chain.engine.types import Sampling, Segment
 pytestmark = pytest.mark.vllm
 
 QUESTION = [{"role": "user", "content": "Write two lines about the sea."}]
-SEGMENTS = [" The sea", " is deep", ".\n", "\n", "Waves", " roll", ":\n\n", "- in", "!"]
-"""Accepted segments whose joins merge in SmolLM2's tokenizer ("\\n" + "\\n")."""
 CANDIDATES = [
     Segment("\n\nThe end."),  # its first token merges with the context's last one
     Segment("\n"),
@@ -48,14 +47,8 @@ async def test_the_member_needs_only_the_address_and_learns_the_rest(vllm):
 async def test_a_vllm_session_holds_the_same_context_and_scores_as_an_in_process_one(vllm):
     local = await in_process().open(QUESTION)
     remote = await VLLMBackend(Member.vllm(vllm.url)).open(QUESTION)
-    assert remote.ids == local.ids and remote.prompt_tokens == local.prompt_tokens
-    merged = False
-    for text in SEGMENTS:
-        before = list(local.ids)
-        grew = [await s.accept(Segment(text)) for s in (local, remote)]
-        assert remote.ids == local.ids and grew[0] == grew[1]
-        merged |= local.ids[: len(before)] != before  # the join changed a context token
-    assert merged, "no join merged tokens: the test would not see a difference"
+    assert remote.prompt_tokens == local.prompt_tokens
+    await accept_alike(local, remote)
     ours, theirs = [await s.score(CANDIDATES, "mean_logprob") for s in (local, remote)]
     assert [s.tokens for s in ours] == [s.tokens for s in theirs]
     assert [s.mean for s in theirs] == pytest.approx([s.mean for s in ours], abs=SCORE_TOLERANCE)

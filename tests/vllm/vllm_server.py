@@ -24,6 +24,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from servers import wait_until_healthy
 
 ROOT = Path(__file__).parents[2]
 SETUP = Path(__file__).with_name("setup-vllm")
@@ -155,28 +156,12 @@ def vllm_server(
         )
     server = VLLMServer(f"http://127.0.0.1:{port}", name, process, log, cache)
     try:
-        _wait_until_ready(server)
+        wait_until_healthy(process, f"{server.url}/health", log, STARTUP_S)
         server.segments = _shared_memory() - before
         _warm_up(server)
         yield server
     finally:
         server.stop()
-
-
-def _wait_until_ready(server: VLLMServer) -> None:
-    deadline = time.monotonic() + STARTUP_S
-    while True:
-        if server.process.poll() is not None:
-            tail = server.log.read_text(errors="replace")[-3000:]
-            raise RuntimeError(f"the vLLM server exited before it was ready:\n{tail}")
-        try:
-            if httpx.get(f"{server.url}/health", timeout=2).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"the vLLM server was not ready after {STARTUP_S} s ({server.log})")
-        time.sleep(0.5)
 
 
 def _warm_up(server: VLLMServer) -> None:

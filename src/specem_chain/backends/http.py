@@ -105,6 +105,31 @@ class RemoteClient:
                 await client.aclose()
 
 
+async def served_model(
+    client: RemoteClient, path: str, wanted: str, not_this_kind: str
+) -> dict[str, Any]:
+    """The OpenAI-style ``GET path`` (``/models``) entry of the served model ``wanted`` (""
+    for the server's first); a server that answers otherwise is ``not_this_kind`` (the error
+    that says so), one that serves no such model an error that lists what it serves."""
+    try:
+        listing = await client.get(path)
+    except MemberServerError as error:
+        raise MemberServerError(f"{not_this_kind} ({error})") from None
+    if not isinstance(listing, dict) or not isinstance(listing.get("data"), list):
+        raise MemberServerError(f"{not_this_kind} (GET {path} has no data list)")
+    served = {
+        str(m.get("id")): {**m, "id": str(m.get("id"))}
+        for m in listing["data"]
+        if isinstance(m, dict)
+    }
+    where = f"member {client.label!r}: {client.base_url}"
+    if not served:
+        raise MemberServerError(f"{where} serves no model")
+    if wanted and wanted not in served:
+        raise MemberServerError(f"{where} does not serve {wanted!r}; it serves {list(served)}")
+    return served[wanted] if wanted else next(iter(served.values()))
+
+
 def _quote(response: httpx.Response) -> str:
     """The server's error message, shortened."""
     try:

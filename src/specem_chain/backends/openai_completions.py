@@ -28,7 +28,7 @@ from ..engine.types import Draft, Message, Sampling, Score, Scoring, Segment, To
 from ..errors import MemberServerError
 from ..members import Member
 from .drafting import common_prefix, finish_draft
-from .http import RemoteClient, score_each
+from .http import RemoteClient, score_each, served_model
 from .template import ChatTemplate, member_template
 
 NO_ECHO_LOGPROBS = (
@@ -82,21 +82,7 @@ class OpenAICompletionsBackend:
         not_openai = (
             f"member {label!r}: {url} is not an OpenAI-style API root such as http://host:8000/v1"
         )
-        try:
-            listing = await self.client.get("/models")
-        except MemberServerError as error:
-            raise MemberServerError(f"{not_openai} ({error})") from None
-        if not isinstance(listing, dict) or not isinstance(listing.get("data"), list):
-            raise MemberServerError(f"{not_openai} (GET /models has no data list)")
-        served = [str(m.get("id")) for m in listing["data"]]
-        if not self.model:
-            if not served:
-                raise MemberServerError(f"member {label!r}: {url} serves no model")
-            self.model = served[0]
-        elif self.model not in served:
-            raise MemberServerError(
-                f"member {label!r}: {url} does not serve {self.model!r}; it serves {served}"
-            )
+        self.model = (await served_model(self.client, "/models", self.model, not_openai))["id"]
         if not await self._aligned():
             if self.template.bos and await self._aligned(lead=self.template.bos):
                 self.lead = self.template.bos

@@ -28,7 +28,7 @@ from ..engine.types import Draft, Message, Sampling, Score, Scoring, Segment, To
 from ..errors import MemberServerError
 from ..members import Member
 from .drafting import check_prompt, common_prefix, finish_draft
-from .http import RemoteClient
+from .http import RemoteClient, served_model
 from .template import (
     PLAIN_END,
     PLAIN_STOP,
@@ -96,25 +96,10 @@ class VLLMBackend:
                 self._checked = True
 
     async def _check(self) -> None:
-        url = self.member.source
-        not_vllm = f"member {self.label!r}: {url} is not a vLLM server"
-        try:
-            listing = await self.client.get("/v1/models")
-        except MemberServerError as error:
-            raise MemberServerError(f"{not_vllm} ({error})") from None
-        if not isinstance(listing, dict) or not isinstance(listing.get("data"), list):
-            raise MemberServerError(f"{not_vllm} (GET /v1/models has no data list)")
-        served = {str(m.get("id")): m for m in listing["data"] if isinstance(m, dict)}
-        if not self.model:
-            if not served:
-                raise MemberServerError(f"member {self.label!r}: {url} serves no model")
-            self.model = next(iter(served))
-        elif self.model not in served:
-            raise MemberServerError(
-                f"member {self.label!r}: {url} does not serve {self.model!r}; it serves "
-                f"{sorted(served)}"
-            )
-        self.max_model_len = int(served[self.model].get("max_model_len") or 0)
+        not_vllm = f"member {self.label!r}: {self.member.source} is not a vLLM server"
+        model = await served_model(self.client, "/v1/models", self.model, not_vllm)
+        self.model = model["id"]
+        self.max_model_len = int(model.get("max_model_len") or 0)
         try:
             await self.tokenize("Hi")
         except MemberServerError as error:

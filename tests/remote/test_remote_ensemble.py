@@ -90,7 +90,9 @@ async def test_a_llamacpp_server_member_scores_as_its_gguf_does_in_process(
     Either way the server's scores are those of the same GGUF and prompt in process."""
     url = request.getfixturevalue(server)
     folder = models.model_folder(model, progress=False)
-    remote = OpenAICompletionsBackend(Member.openai_completions(url, tokenizer=str(folder)))
+    # (Qwen's echo over its 151k tokens can take minutes on a busy machine; see below)
+    member = Member.openai_completions(url, tokenizer=str(folder), request_timeout=600)
+    remote = OpenAICompletionsBackend(member)
     session = await remote.open(SEA)
     assert remote.lead == lead
     local = LlamaCppBackend.load(resolve(Member(source=model, backend="llamacpp")))

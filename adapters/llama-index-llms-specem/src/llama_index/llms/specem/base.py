@@ -29,10 +29,18 @@ from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_ca
 from llama_index.core.llms.function_calling import FunctionCallingLLM
 from llama_index.core.llms.llm import ToolSelection
 
-from specem_chain import Feedback, Member, Request, RequestSettings, Update, open_request
+from specem_chain import (
+    Feedback,
+    Member,
+    Request,
+    RequestSettings,
+    Update,
+    merge_call,
+    open_request,
+)
 from specem_chain.members import ensemble_name, member_list
 from specem_chain.models import DEFAULT_MEMBERS, builtin
-from specem_chain.request import merge_call, segment_record
+from specem_chain.request import segment_record
 from specem_chain.sync import iterate_sync
 
 from .messages import to_tool, tool_block, tool_selections, turns_from_llama_index

@@ -17,7 +17,8 @@ def wait_until_healthy(
     deadline = time.monotonic() + startup_s
     while True:
         if process.poll() is not None:
-            raise RuntimeError(f"the server exited before it was ready:\n{log.read_text()[-3000:]}")
+            tail = log.read_text(errors="replace")[-3000:]
+            raise RuntimeError(f"the server exited before it was ready:\n{tail}")
         try:
             if httpx.get(health_url, timeout=2).status_code == 200:
                 return

@@ -16,7 +16,8 @@ from reference_scoring import QUESTION
 
 from specem_chain import SpecEMChatModel
 from specem_chain.backends import llamacpp, release
-from specem_chain.backends.llamacpp import LlamaCppBackend
+from specem_chain.backends.drafting import common_prefix
+from specem_chain.backends.llamacpp import CHUNK, LlamaCppBackend
 from specem_chain.engine.types import Segment
 from specem_chain.members import Member, Sampling
 
@@ -156,6 +157,78 @@ async def test_a_seeded_draft_is_reproducible():
     assert len({await first.draft(8, hot, seed) for seed in range(6)}) > 1
     await first.aclose()
     await other.aclose()
+
+
+RULES = {
+    "role": "system",
+    "content": " ".join(f"Rule {i}: answer in one short, plain sentence." for i in range(1, 25)),
+}
+"""A system prompt of several whole chunks, shared by the questions below."""
+
+
+def ruled(question: str) -> list[dict]:
+    return [RULES, {"role": "user", "content": question}]
+
+
+async def test_a_request_reads_only_the_prompt_it_does_not_share_and_answers_as_alone(
+    monkeypatch,
+):
+    """A new request keeps the whole chunks of the cache that its prompt shares with the
+    request before it, reads the rest, and drafts and scores exactly as from an empty
+    cache."""
+    hot = Sampling(temperature=1.0, top_p=1.0)
+    candidates = [Segment(" Paris"), Segment(" A banana", finished=True)]
+
+    async def first_round(session) -> tuple:
+        return await session.draft(8, hot, 3), await session.score(candidates, "mean_logprob")
+
+    release()  # an empty cache
+    alone = await first_round(await loaded(SMOLLM2).open(ruled("Name a yellow fruit.")))
+    release()
+    earlier = await loaded(SMOLLM2).open(ruled("What is the capital of France?"))
+    await first_round(earlier)
+    await earlier.aclose()
+    backend = loaded(SMOLLM2)
+    reads: list[int] = []
+    read = backend._read
+
+    def counted(tokens, *, outputs):
+        reads.append(len(tokens))
+        return read(tokens, outputs=outputs)
+
+    monkeypatch.setattr(backend, "_read", counted)
+    session = await backend.open(ruled("Name a yellow fruit."))
+    draft = await session.draft(8, hot, 3)
+    shared = common_prefix(earlier.ids, session.ids) // CHUNK * CHUNK
+    assert shared >= 2 * CHUNK  # the rules fill whole chunks
+    assert sum(reads) == len(session.ids) - shared + draft.tokens - 1
+    assert (draft, await session.score(candidates, "mean_logprob")) == alone  # exactly
+    await session.aclose()
+
+
+async def test_requests_that_share_a_system_prompt_answer_together_as_alone(monkeypatch):
+    model = SpecEMChatModel(members=[SMOLLM2], drafts=2, max_tokens=24, seed=0)
+    questions = [ruled("What is the capital of France?"), ruled("Name a yellow fruit.")]
+    alone = []
+    for question in questions:
+        release()  # each from an empty cache
+        alone.append(await model.ainvoke(question))
+    taken: list[int] = []
+    take = LlamaCppBackend.take
+
+    def spy(self, session):
+        taken.append(id(session))
+        take(self, session)
+
+    monkeypatch.setattr(LlamaCppBackend, "take", spy)
+    together = await asyncio.gather(*(model.ainvoke(q) for q in questions))
+    assert sum(a != b for a, b in itertools.pairwise(taken)) >= 2  # they did interleave
+    for one, other in zip(together, alone):
+        assert one.content == other.content
+        assert (
+            one.response_metadata["specem"]["segments"]
+            == (other.response_metadata["specem"]["segments"])
+        )
 
 
 async def test_models_reading_at_the_same_time_share_the_cores(monkeypatch):

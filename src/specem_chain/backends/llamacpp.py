@@ -9,10 +9,14 @@ candidate from the logits it drew the draft from, so verification reads only the
 members' candidates.
 
 llama.cpp's numbers for a token depend slightly on how tokens were batched when read, so a
-request must see only the cache its own calls built: a new request starts from an empty
-cache, and when requests interleave, the one that takes the cache over saves the other's
-state (its tokens' keys and values) and restores its own. Answers are then the same whether
-requests run alone or together.
+request must see only keys and values that its own calls would have built: when requests
+interleave, the one that takes the cache over saves the other's state (its tokens' keys and
+values) and restores its own. A context is read from its start in whole chunks of
+:data:`CHUNK` tokens, so a new request keeps the whole chunks its prompt shares with the
+cache an earlier request left (a system prompt, the tools, the turns before, the same
+question under another seed) and reads only the rest, as it would have read it from an
+empty cache. Answers are then the same whether requests run alone, together, or after
+others.
 
 The members of a round read side by side, each on its own thread, and share the process's
 cores (:class:`Cores`).
@@ -45,6 +49,12 @@ from .template import ChatTemplate
 CONTEXT = 8192
 """Tokens one request's context may hold on a loaded model (fewer if the model was trained
 on fewer)."""
+
+CHUNK = 64
+"""Tokens of a context read in one call from its start (see the module's docstring): a
+later request shares whole chunks only. Smaller chunks share more of a prompt and read it
+more slowly (Qwen2.5-Coder 1.5B on 2 cores, 256 tokens: 10% slower in chunks of 64 than
+in one call, 19% in chunks of 32)."""
 
 BATCH_CONTEXT = 2 * CONTEXT
 """Tokens the KV cache of a batching model holds for all its requests together."""
@@ -117,8 +127,11 @@ class LlamaCppBackend:
         """Held by every call that reads or changes the KV cache."""
         self.cached: list[int] = []
         """The tokens whose keys and values the KV cache holds, in order."""
+        self.whole = 0
+        """How many of :attr:`cached` were read in whole chunks from the start (a multiple
+        of :data:`CHUNK`): what a new request may share."""
         self.owner: LlamaCppSession | None = None
-        """The session whose calls built the cache."""
+        """The session whose calls built the cache, or the new one about to share it."""
         self.max_context = min(CONTEXT, llm._model.n_ctx_train() or CONTEXT)
         meta = llm.metadata
         special = {
@@ -224,22 +237,23 @@ class LlamaCppBackend:
             yield
 
     def take(self, session: LlamaCppSession) -> None:
-        """Give the cache to ``session``: save the owner's state, restore the session's.
-        Call with :attr:`lock` held."""
+        """Give the cache to ``session``: save the owner's state, restore the session's. A
+        new session gets the cache as it is; its first read keeps what it may share (see
+        :meth:`logits`). Call with :attr:`lock` held."""
         if self.owner is session:
             return
         ctx = self.llm.ctx
-        if self.owner is not None:
+        if self.owner is not None and self.owner.started:
             state = (ctypes.c_uint8 * llama_cpp.llama_state_seq_get_size(ctx, 0))()
             llama_cpp.llama_state_seq_get_data(ctx, state, len(state), 0)
-            self.owner.saved = SavedState(list(self.cached), state)
-        self.llm._ctx.kv_cache_clear()
-        self.cached = []
+            self.owner.saved = SavedState(list(self.cached), self.whole, state)
         saved, session.saved = session.saved, None
         if saved is not None:
+            self.llm._ctx.kv_cache_clear()
             if not llama_cpp.llama_state_seq_set_data(ctx, saved.state, len(saved.state), 0):
+                self.cached, self.whole = [], 0
                 raise RuntimeError("llama.cpp could not restore a saved KV cache")
-            self.cached = saved.tokens
+            self.cached, self.whole = saved.tokens, saved.whole
         self.owner = session
 
     def release(self, session: LlamaCppSession) -> None:
@@ -261,16 +275,31 @@ class LlamaCppBackend:
         if session.slot is not None:
             return session.slot.logits(ids, first)
         keep = min(common_prefix(self.cached, ids), first)
+        if not session.started:  # another request's cache: keep the whole chunks it shares
+            keep = min(keep, self.whole) // CHUNK * CHUNK
+            session.started = True
         try:
             if not self.llm._ctx.kv_cache_seq_rm(-1, keep, -1):
                 raise RuntimeError("llama.cpp could not drop the end of its KV cache")
             del self.cached[keep:]
-            self._read(ids[keep:first], outputs=False)
+            self.whole = min(self.whole, keep) // CHUNK * CHUNK
+            self._read_context(ids[keep:first])
             return self._read(ids[first:], outputs=True)
         except BaseException:
             self.llm._ctx.kv_cache_clear()
-            self.cached = []
+            self.cached, self.whole = [], 0
             raise
+
+    def _read_context(self, tokens: Sequence[int]) -> None:
+        """Append tokens whose logits are not needed. Read after the cache's whole chunks,
+        they are read in whole chunks as far as they go."""
+        if len(self.cached) == self.whole:
+            whole = len(tokens) - len(tokens) % CHUNK
+            for start in range(0, whole, CHUNK):
+                self._read(tokens[start : start + CHUNK], outputs=False)
+                self.whole += CHUNK
+            tokens = tokens[whole:]
+        self._read(tokens, outputs=False)
 
     def _read(self, tokens: Sequence[int], *, outputs: bool) -> Logits:
         """Append ``tokens`` to the cache; return their logits if ``outputs``."""
@@ -293,6 +322,7 @@ class SavedState:
     """A session's KV cache while another session uses it."""
 
     tokens: list[int]
+    whole: int
     state: ctypes.Array[ctypes.c_uint8]
 
 
@@ -335,6 +365,9 @@ class LlamaCppSession(LocalSession):
     def __init__(self, backend: LlamaCppBackend, prompt: str) -> None:
         super().__init__(backend, prompt)
         self.saved: SavedState | None = None
+        self.started = False
+        """Whether its calls have read into the cache (until then it holds what an
+        earlier request left)."""
         self.slot: Slot | None = None
         """Its sequence in a batching model's context."""
         self.drafted: list[tuple[list[int], Logits]] = []

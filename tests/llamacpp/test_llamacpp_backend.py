@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+import runpy
 import subprocess
 import sys
+from pathlib import Path
 
 import llama_cpp
 import pytest
@@ -229,6 +231,16 @@ async def test_requests_that_share_a_system_prompt_answer_together_as_alone(monk
             one.response_metadata["specem"]["segments"]
             == (other.response_metadata["specem"]["segments"])
         )
+
+
+def test_the_shared_prompt_benchmark_asks_three_questions_on_one_sheet(monkeypatch, capsys):
+    script = Path(__file__).parents[2] / "benchmarks" / "shared_prompt.py"
+    monkeypatch.setattr(sys, "argv", [str(script), "-m", "smollm2", "--max-tokens", "4"])
+    runpy.run_path(str(script), run_name="__main__")
+    rows = [line.split(" | ") for line in capsys.readouterr().out.splitlines()[2:]]
+    assert [row[0] for row in rows] == ["| 1", "| 2", "| 3"]
+    prompts = [int(row[3]) for row in rows]
+    assert prompts[0] == prompts[2] > 2 * CHUNK  # the sheet fills whole chunks
 
 
 async def test_models_reading_at_the_same_time_share_the_cores(monkeypatch):

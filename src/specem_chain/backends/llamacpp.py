@@ -148,6 +148,13 @@ class LlamaCppBackend:
             self.batcher.close()
         self.llm.close()
 
+    def forget(self) -> None:
+        """Empty the cache, so that the next request reads its whole prompt (see
+        :func:`~specem_chain.backends.forget_prompts`). No request may be running on it."""
+        with self.lock:
+            self.llm._ctx.kv_cache_clear()
+            self.cached, self.whole, self.owner = [], 0, None
+
     @classmethod
     def load(cls, member: Member) -> LlamaCppBackend:
         """Load the member's GGUF."""

@@ -70,6 +70,19 @@ def release() -> None:
             close()
 
 
+def forget_prompts() -> None:
+    """Empty every loaded model's cache of earlier requests, so that the next request reads
+    its whole prompt, as a first request does (on llama.cpp a later one shares its prompt's
+    whole chunks with the one before): for measurements that compare the times of answers
+    made one after another. Never while a request runs."""
+    with _lock:
+        loaded = list(_backends.values())
+    for found in loaded:
+        forget = getattr(found, "forget", None)  # only llama.cpp's models keep prompts
+        if forget is not None:
+            forget()
+
+
 def _make(member: Member) -> Backend:
     if member.kind == "tgi":
         from .tgi import TGIBackend

@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from ..backends import Backend, loaded_backend
+from ..backends import Backend, forget_prompts, loaded_backend
 from ..engine import EngineConfig, RoundEvent, Seat, run_rounds
 from ..engine.types import Message
 from ..errors import SpecEMError
@@ -84,7 +84,9 @@ async def _ensemble(members: Sequence[Member], settings: RequestSettings) -> dic
 
 
 def ensemble_run(members: Sequence[Member], length: int, seed: int) -> dict[str, float]:
-    """One answer of (at most) ``length`` tokens with our engine and sessions."""
+    """One answer of (at most) ``length`` tokens with our engine and sessions, from empty
+    caches (as a first request)."""
+    forget_prompts()
     return asyncio.run(_ensemble(members, RequestSettings(max_tokens=length, seed=seed)))
 
 
@@ -128,6 +130,7 @@ def _llamacpp_solo(member: Member, length: int, seed: int) -> float:
 
     local = loaded(member)
     assert isinstance(local, LlamaCppBackend)
+    forget_prompts()
     session = asyncio.run(local.open(PROMPT))
     sample = TokenSampler(local.llm.n_vocab(), member.sampling, seed)
     ids = list(session.ids)

@@ -28,6 +28,7 @@ from rich.progress import (
 )
 from rich.text import Text
 
+from ..backends import forget_prompts
 from ..errors import SpecEMError
 from . import tasks
 from .systems import Output, System
@@ -192,6 +193,7 @@ async def run(
             for system in pending:
                 progress.update(bar, description=f"{system.name} #{example.id}")
                 solos = _solos(example, member_systems, store) if system.needs_solos else {}
+                forget_prompts()  # each answer reads its prompt: the systems' seconds compare
                 start = time.perf_counter()
                 output = await system.answer(example, solos)
                 store.add(_record(task, example, system.name, output, start))

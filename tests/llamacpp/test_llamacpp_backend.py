@@ -60,17 +60,17 @@ async def test_scores_match_transformers_on_the_same_weights():
 
 @pytest.fixture
 def reads(monkeypatch) -> list[int]:
-    """How many tokens each of the SmolLM2 llama.cpp backend's reads took."""
-    backend = loaded(SMOLLM2)
-    assert isinstance(backend, LlamaCppBackend)
+    """How many tokens each of the SmolLM2 llama.cpp backend's reads took (the one loaded
+    at the time, so a test may release it and load it again)."""
     counts: list[int] = []
-    read = backend._read
+    read = LlamaCppBackend._read
 
-    def counted(tokens, *, outputs):
-        counts.append(len(tokens))
-        return read(tokens, outputs=outputs)
+    def counted(backend, tokens, *, outputs):
+        if backend is loaded(SMOLLM2):
+            counts.append(len(tokens))
+        return read(backend, tokens, outputs=outputs)
 
-    monkeypatch.setattr(backend, "_read", counted)
+    monkeypatch.setattr(LlamaCppBackend, "_read", counted)
     return counts
 
 
@@ -173,7 +173,7 @@ def ruled(question: str) -> list[dict]:
 
 
 async def test_a_request_reads_only_the_prompt_it_does_not_share_and_answers_as_alone(
-    monkeypatch,
+    reads,
 ):
     """A new request keeps the whole chunks of the cache that its prompt shares with the
     request before it, reads the rest, and drafts and scores exactly as from an empty
@@ -191,14 +191,7 @@ async def test_a_request_reads_only_the_prompt_it_does_not_share_and_answers_as_
     await first_round(earlier)
     await earlier.aclose()
     backend = loaded(SMOLLM2)
-    reads: list[int] = []
-    read = backend._read
-
-    def counted(tokens, *, outputs):
-        reads.append(len(tokens))
-        return read(tokens, outputs=outputs)
-
-    monkeypatch.setattr(backend, "_read", counted)
+    reads.clear()
     session = await backend.open(ruled("Name a yellow fruit."))
     draft = await session.draft(8, hot, 3)
     shared = common_prefix(earlier.ids, session.ids) // CHUNK * CHUNK

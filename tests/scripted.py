@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 
 from specem_chain.engine import EngineConfig, RoundEvent, Seat, run_rounds
 from specem_chain.engine.constraints import AnswerFormat
-from specem_chain.engine.types import Draft, Sampling, Score, Segment
+from specem_chain.engine.types import Draft, Fits, Sampling, Score, Segment
 from specem_chain.errors import MemberUnavailable
 
 Scorer = Callable[[Segment], float]
@@ -53,7 +53,12 @@ class ScriptedSession:
             raise MemberUnavailable(self.name, "connection refused")
 
     async def draft(
-        self, window: int, sampling: Sampling, seed: int, run_on: bool = False
+        self,
+        window: int,
+        sampling: Sampling,
+        seed: int,
+        run_on: bool = False,
+        fits: Fits | None = None,
     ) -> Draft:
         self._tick()
         self.seeds.append(seed)

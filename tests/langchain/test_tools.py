@@ -9,19 +9,21 @@ from dataclasses import replace
 import pytest
 from langchain_core.messages import AIMessage, AIMessageChunk, HumanMessage, ToolMessage
 from langchain_core.tools import tool
-from loading import seeds
+from loading import loaded, seeds
 from pydantic import BaseModel, Field
+from scripted import ScriptedSession, events
 from tiny_models import TOOLS_TEMPLATE
 from transformers import AutoTokenizer
 
 from specem_chain import Member, SpecEMChatModel
+from specem_chain.answer_formats import tool_call_format
 from specem_chain.backends import open_session
 from specem_chain.backends.template import ChatTemplate, tokenizer_template, tools_as_text
 from specem_chain.backends.transformers import TransformersBackend
 from specem_chain.chat_model import ToolCallIds, turns_from_langchain
 from specem_chain.engine import AnswerFormat, EngineConfig, Seat, run_rounds
 from specem_chain.engine.tool_calls import ToolCallSplitter
-from specem_chain.engine.types import Segment
+from specem_chain.engine.types import Draft, Sampling, Segment
 from specem_chain.errors import AnswerFormatError
 from specem_chain.request import Answer
 
@@ -171,13 +173,24 @@ async def test_rejected_candidates_are_redrafted_then_the_request_fails(pair):
     assert seen == {"{"}  # no round was accepted
 
 
-async def test_when_no_whole_candidate_fits_the_longest_fitting_start_is_kept(pair):
-    def two_characters(answer: str, segment: Segment) -> Segment | None:
-        return segment if len(segment.text) <= 2 and not segment.finished else None
+def two_characters(answer: str, segment: Segment) -> Segment | None:
+    return segment if len(segment.text) <= 2 and not segment.finished else None
 
+
+async def test_when_no_whole_candidate_fits_the_longest_fitting_start_is_kept():
+    # members that draft freely, as servers do (in-process members draft under the format)
+    drafting = [ScriptedSession("a", [" The quick"]), ScriptedSession("b", [" A brown"])]
+    rounds = await events(
+        *drafting, answer_format=AnswerFormat(constraint=two_characters), max_tokens=6
+    )
+    assert rounds and all(len(e.segment) == 2 for e in rounds)  # cut back, never rejected
+
+
+async def test_in_process_members_draft_only_what_fits(pair):
     result = await answer(pair, AnswerFormat(constraint=two_characters), max_tokens=6)
     assert result.finish_reason == "length"
-    assert all(len(e.segment) == 2 for e in result.rounds)  # cut back, never rejected
+    drafted = [c.text for e in result.rounds for c in e.candidates]
+    assert drafted and all(len(text) <= 2 for text in drafted)
 
 
 # -- tool calls in the answer --------------------------------------------------------------
@@ -280,3 +293,60 @@ def test_include_raw_returns_the_parsing_error_instead_of_raising():
     result = llm.invoke("Maria is 34 years old and lives in Porto.")  # 4 tokens cut the JSON
     assert result["parsed"] is None and result["parsing_error"] is not None
     assert isinstance(result["raw"], AIMessage) and result["raw"].content.startswith('{"name":')
+
+
+# -- drafting under the format: in-process members ---------------------------------------------
+
+MAGIC = {
+    "type": "function",
+    "function": {
+        "name": "magic_function",
+        "description": "Apply a magic function to an input.",
+        "parameters": {
+            "type": "object",
+            "properties": {"input": {"type": "integer"}},
+            "required": ["input"],
+        },
+    },
+}
+QUESTION = [{"role": "user", "content": "What is the weather like in Lisbon today?"}]
+
+
+@pytest.mark.models
+@pytest.mark.parametrize("backend", ["llamacpp", "transformers"])
+async def test_in_process_members_draft_under_the_answer_format(backend):
+    """SmolLM2 alone breaks a forced call's format in some of its free drafts; drafting under
+    the format, with the same seeds, none of its drafts does."""
+    shape = tool_call_format([WEATHER, MAGIC])
+    member = loaded(Member(source="smollm2", backend=backend))
+    session = await member.open(QUESTION, [WEATHER, MAGIC])
+    await session.accept(Segment(shape.prefix))
+    sampling = Sampling(temperature=1.0, top_p=1.0)
+    free, held = [], []
+    for seed in range(6):
+        free.append(await session.draft(12, sampling, seed))
+        held.append(await session.draft(12, sampling, seed, fits=shape.fits(shape.prefix)))
+    await session.aclose()
+
+    def broken(drafts: list[Draft]) -> int:
+        return sum(shape.shape(shape.prefix, Segment(d.text, d.finished)) is None for d in drafts)
+
+    assert broken(free) > 0 and broken(held) == 0
+    assert all(d.text for d in held)
+
+
+@pytest.mark.models
+@pytest.mark.parametrize("backend", ["llamacpp", "transformers"])
+def test_a_small_member_alone_writes_valid_calls_and_objects(backend):
+    """SmolLM2 (135M) alone, which breaks the formats when it drafts freely."""
+    member = Member(source="smollm2", backend=backend)
+    llm = SpecEMChatModel(members=[member], seed=0, max_tokens=48)
+    call = llm.bind_tools([get_weather, magic_function], tool_choice="any").invoke(
+        "What is the weather like in Lisbon today?"
+    )
+    assert call.invalid_tool_calls == [] and len(call.tool_calls) >= 1
+    tools = {"get_weather": get_weather, "magic_function": magic_function}
+    for each in call.tool_calls:
+        tools[each["name"]].args_schema.model_validate(each["args"])
+    person = llm.with_structured_output(Person).invoke("Maria is 34 years old and lives in Porto.")
+    assert isinstance(person, Person)

@@ -219,6 +219,8 @@ def test_a_complete_call_may_end_the_turn_before_its_closing_tag(block, data):
         ('<tool_call>{"name": "sea', True),
         ('<tool_call>{"name": "search", "arguments": 3', True),
         ('<tool_call>{"name": "x', False),
+        ('<tool_call>{"name": "s\\"', False),  # an escape in a name no tool has
+        ('<tool_call>{"name": "sea\\u0072', False),
         ('<tool_call>{"name": "get"', False),
         ('<tool_call>{"name": "search_all', False),
         ('<tool_call>{"name": "search", "arguments": 3}', False),
@@ -289,6 +291,11 @@ def test_additional_properties_and_unknown_schemas_pass():
     ("text", "accepted"),
     [
         ('<tool_call>{"name": "magic", "arguments": {"input": 3', True),
+        ('<tool_call>{"name": "magic", "arguments": {"input": 3.', False),  # an integer
+        ('<tool_call>{"name": "magic", "arguments": {"input": 3e', False),
+        ('<tool_call>{"name": "magic", "arguments": {"input": -', True),
+        ('<tool_call>{"name": "magic", "arguments": {"input": true', False),
+        ('<tool_call>{"name": "magic", "arguments": {"input": 3, "note": "3.', True),
         ('<tool_call>{"name": "magic", "arguments": {"input": {"type"', False),
         ('<tool_call>{"name": "magic", "arguments": {"type": "function"', False),
         ('<tool_call>{"name": "magic", "arguments": {}}', False),
@@ -408,6 +415,20 @@ async def test_when_no_draft_fits_the_format_writes_the_one_name_that_fits():
     assert "".join(e.text for e in rounds) == f"<tool_call>\n{call}\n</tool_call>"
     assert [c.source for c in rounds[1].candidates] == ["format"]
     assert 'gic_function", "arguments": {' in a.accepted and a.accepted == b.accepted
+
+
+async def test_when_members_drafting_under_the_format_find_no_way_on_the_format_offers_its():
+    """An in-process member that finds no fitting token drafts nothing: after the redrafts,
+    the format writes the rest of the only name that fits, as for drafts that went astray."""
+    from scripted import ScriptedSession, events
+
+    rest = Draft('"a": 1, "b": 2}}\n</tool_call>', 1, True)
+    a = ScriptedSession(
+        "a", [Draft("ma", 1, False, at_boundary=True), *[Draft("", 1, False)] * 3, rest]
+    )
+    rounds = await events(a, answer_format=AnswerFormat('<tool_call>\n{"name": "', TWO_TOOLS))
+    assert [c.source for c in rounds[1].candidates] == ["format"]
+    assert rounds[1].segment == 'gic_function", "arguments": {'
 
 
 async def test_when_no_draft_fits_and_two_names_do_the_verifiers_choose_between_them():

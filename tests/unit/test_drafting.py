@@ -16,9 +16,26 @@ def decode(tokens: list[int]) -> str:
     return "".join(PIECES[t] for t in tokens)
 
 
-def draft(script: list[int], window: int, *, run_on: bool = False, room: int = 100):
+class ScriptSampler:
+    """A 'model' that samples the script's tokens in turn and ranks the vocabulary by id;
+    sampled among some tokens, it takes the first of them (as greedy decoding would)."""
+
+    def __init__(self, script: list[int]) -> None:
+        self.stream = iter(script)
+        self.taken: list[int] = []
+
+    def pick(self, logits: None, among: list[int] | None = None) -> int:
+        return among[0] if among else next(self.stream)
+
+    def take(self, token: int) -> None:
+        self.taken.append(token)
+
+    def likeliest(self, logits: None, most: int) -> list[int]:
+        return [*sorted(PIECES)[:most], END]
+
+
+def draft(script: list[int], window: int, *, run_on: bool = False, room: int = 100, fits=None):
     """Draft with a 'model' that samples the script's tokens in turn."""
-    stream = iter(script)
     steps: list[int] = []
 
     def step(tokens: list[int]) -> None:
@@ -28,12 +45,13 @@ def draft(script: list[int], window: int, *, run_on: bool = False, room: int = 1
         draft_tokens(
             None,
             step,
-            lambda _, tokens: next(stream),
+            ScriptSampler(script),
             end_of_turn=frozenset({END}),
             decode=decode,
             window=window,
             room=room,
             run_on=run_on,
+            fits=fits,
         ),
         steps,
     )
@@ -74,6 +92,43 @@ def test_a_draft_never_outgrows_the_room_left_in_the_context():
     (tokens, _, _), _ = draft([1, 3, 4, 4, 4], window=2, room=3, run_on=True)
     assert len(tokens) == 3
     assert MAX_CHARACTER_TOKENS < RUN_ON_TOKENS
+
+
+def no_fox(text: str, finished: bool) -> bool:
+    """A format without foxes, whose answer must not end before its second word."""
+    return "fox" not in text and (not finished or len(text.split()) >= 2)
+
+
+def test_a_token_that_breaks_the_format_is_drawn_again_among_those_that_fit():
+    (tokens, finished, _), _ = draft([1, 5, 2, 3, 4], window=3, fits=no_fox)
+    # " fox" breaks it: the likeliest fitting token (" The", by this model's ranking) instead
+    assert decode(tokens) == " The The quick" and not finished
+
+
+def test_the_turn_ends_only_where_the_format_allows_it():
+    (tokens, finished, _), _ = draft([END, END, END], window=3, fits=no_fox)
+    assert (decode(tokens), finished) == (" The The", True)
+
+
+def test_a_draft_that_nothing_fits_ends_there():
+    (tokens, finished, at_boundary), _ = draft(
+        [1, 2], window=5, fits=lambda text, finished: not finished and len(text) <= 4
+    )
+    assert (decode(tokens), finished, at_boundary) == (" The", False, False)
+
+
+def test_without_a_format_every_sampled_token_is_taken_as_sampled():
+    sampler = ScriptSampler([1, 5, END])
+    tokens, finished, _ = draft_tokens(
+        None,
+        lambda _: None,
+        sampler,
+        end_of_turn=frozenset({END}),
+        decode=decode,
+        window=5,
+        room=100,
+    )
+    assert (tokens, finished, sampler.taken) == ([1, 5], True, [1, 5, END])
 
 
 @pytest.mark.parametrize("at_boundary", [False, True])

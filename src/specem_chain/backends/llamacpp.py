@@ -38,7 +38,17 @@ import numpy as np
 import numpy.typing as npt
 from llama_cpp._internals import LlamaSampler, LlamaTokenDataArray
 
-from ..engine.types import REPEAT_LAST_N, Draft, Message, Sampling, Score, Scoring, Segment, Tool
+from ..engine.types import (
+    REPEAT_LAST_N,
+    Draft,
+    Fits,
+    Message,
+    Sampling,
+    Score,
+    Scoring,
+    Segment,
+    Tool,
+)
 from ..errors import MemberSpecError
 from ..members import Member, model_files
 from .batching import Batcher, Slot
@@ -355,12 +365,27 @@ class TokenSampler:
         self.array = LlamaTokenDataArray(n_vocab=n_vocab)
 
     def __call__(self, logits: Logits) -> int:
+        """A token sampled and counted as drafted."""
+        token = self.pick(logits)
+        self.take(token)
+        return token
+
+    def pick(self, logits: Logits, among: Sequence[int] | None = None) -> int:
+        if among is not None:
+            only = np.full_like(logits, -np.inf)
+            only[among] = logits[among]
+            logits = only
         self.array.copy_logits(logits)
         candidates = self.array.candidates
         llama_cpp.llama_sampler_apply(self.chain.sampler, ctypes.byref(candidates))
-        token = int(candidates.data[candidates.selected].id)
+        return int(candidates.data[candidates.selected].id)
+
+    def take(self, token: int) -> None:
         llama_cpp.llama_sampler_accept(self.chain.sampler, token)
-        return token
+
+    def likeliest(self, logits: Logits, most: int) -> list[int]:
+        top = np.argpartition(-logits, min(most, len(logits) - 1))[:most]
+        return top[np.argsort(-logits[top], kind="stable")].tolist()
 
 
 class LlamaCppSession(LocalSession):
@@ -390,32 +415,30 @@ class LlamaCppSession(LocalSession):
     async def aclose(self) -> None:
         await asyncio.to_thread(self.backend.release, self)
 
-    def _draft(self, window: int, sampling: Sampling, seed: int, run_on: bool) -> Draft:
+    def _draft(
+        self, window: int, sampling: Sampling, seed: int, run_on: bool, fits: Fits | None
+    ) -> Draft:
         backend = self.backend
-        sampler = TokenSampler(backend.llm.n_vocab(), sampling, seed, self.ids)
-        rows: list[Logits] = []
-
-        def sample(logits: Logits, _: list[int]) -> int:
-            rows.append(logits)
-            return sampler(logits)
+        rows: list[Logits] = []  # the logits of each position drafted from
 
         def step(tokens: list[int]) -> Logits:
             context = self.ids + tokens
-            return backend.logits(self, context, len(context) - 1)[0]
+            rows.append(backend.logits(self, context, len(context) - 1)[0])
+            return rows[-1]
 
         with backend.held(self):
             tokens, finished, at_boundary = draft_tokens(
-                backend.logits(self, self.ids, len(self.ids) - 1)[0],
+                step([]),
                 step,
-                sample,
+                TokenSampler(backend.llm.n_vocab(), sampling, seed, self.ids),
                 end_of_turn=backend.end_of_turn,
                 decode=self._decode,
                 window=window,
                 room=backend.max_context - len(self.ids),
                 run_on=run_on,
+                fits=fits,
             )
-        if rows:
-            self.drafted.append((tokens, np.stack(rows)))
+        self.drafted.append((tokens, np.stack(rows)))
         return self._finish(tokens, finished, at_boundary)
 
     def _score(self, candidates: Sequence[Segment], scoring: Scoring) -> list[Score]:

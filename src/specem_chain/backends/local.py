@@ -10,7 +10,7 @@ from concurrent.futures import Executor
 from dataclasses import replace
 from typing import Any, Protocol, TypeVar
 
-from ..engine.types import Draft, Sampling, Score, Scoring, Segment
+from ..engine.types import Draft, Fits, Sampling, Score, Scoring, Segment
 from .drafting import common_prefix, decode_after, finish_draft
 from .template import ChatTemplate
 
@@ -47,9 +47,14 @@ class LocalSession:
         self.prompt_tokens = len(self.ids)
 
     async def draft(
-        self, window: int, sampling: Sampling, seed: int, run_on: bool = False
+        self,
+        window: int,
+        sampling: Sampling,
+        seed: int,
+        run_on: bool = False,
+        fits: Fits | None = None,
     ) -> Draft:
-        return await self._off_loop(self._draft, window, sampling, seed, run_on)
+        return await self._off_loop(self._draft, window, sampling, seed, run_on, fits)
 
     async def score(self, candidates: Sequence[Segment], scoring: Scoring) -> list[Score]:
         return await self._off_loop(self._score, candidates, scoring)
@@ -62,7 +67,9 @@ class LocalSession:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self.executor, functools.partial(call, *args))
 
-    def _draft(self, window: int, sampling: Sampling, seed: int, run_on: bool) -> Draft:
+    def _draft(
+        self, window: int, sampling: Sampling, seed: int, run_on: bool, fits: Fits | None
+    ) -> Draft:
         raise NotImplementedError
 
     def _score(self, candidates: Sequence[Segment], scoring: Scoring) -> list[Score]:

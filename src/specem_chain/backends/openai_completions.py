@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..engine.types import Draft, Message, Sampling, Score, Scoring, Segment, Tool
+from ..engine.types import Draft, Fits, Message, Sampling, Score, Scoring, Segment, Tool
 from ..errors import MemberServerError
 from ..members import Member
 from .drafting import common_prefix, finish_draft
@@ -162,7 +162,12 @@ class OpenAICompletionsSession:
         self.prompt_tokens = echo.count
 
     async def draft(
-        self, window: int, sampling: Sampling, seed: int, run_on: bool = False
+        self,
+        window: int,
+        sampling: Sampling,
+        seed: int,
+        run_on: bool = False,
+        fits: Fits | None = None,
     ) -> Draft:
         response = await self.backend.complete(
             self.context,

@@ -18,7 +18,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from ..engine.types import Draft, Message, Sampling, Score, Scoring, Segment, Tool
+from ..engine.types import Draft, Fits, Message, Sampling, Score, Scoring, Segment, Tool
 from ..errors import MemberServerError
 from ..members import Member
 from .drafting import check_prompt, common_prefix, finish_draft
@@ -136,7 +136,12 @@ class TGISession:
         self.prompt_tokens = len(ids)
 
     async def draft(
-        self, window: int, sampling: Sampling, seed: int, run_on: bool = False
+        self,
+        window: int,
+        sampling: Sampling,
+        seed: int,
+        run_on: bool = False,
+        fits: Fits | None = None,
     ) -> Draft:
         backend = self.backend
         room = backend.max_total_tokens - len(self.ids)

@@ -24,7 +24,17 @@ from transformers.generation import (
     TopPLogitsWarper,
 )
 
-from ..engine.types import REPEAT_LAST_N, Draft, Message, Sampling, Score, Scoring, Segment, Tool
+from ..engine.types import (
+    REPEAT_LAST_N,
+    Draft,
+    Fits,
+    Message,
+    Sampling,
+    Score,
+    Scoring,
+    Segment,
+    Tool,
+)
 from ..errors import MemberSpecError
 from ..members import Member, model_files
 from .drafting import check_prompt, draft_tokens
@@ -179,20 +189,22 @@ class TransformersSession(LocalSession):
     # -- implementations ---------------------------------------------------------------
 
     @torch.inference_mode()
-    def _draft(self, window: int, sampling: Sampling, seed: int, run_on: bool) -> Draft:
+    def _draft(
+        self, window: int, sampling: Sampling, seed: int, run_on: bool, fits: Fits | None
+    ) -> Draft:
         assert self.next_logits is not None
-        sampler = TokenSampler(sampling, seed, self.ids, self.backend.device)
         prefix = self.cache.get_seq_length()
         try:
             tokens, finished, at_boundary = draft_tokens(
                 self.next_logits,
                 lambda tokens: self._forward(tokens[-1:])[-1],
-                lambda logits, _: sampler(logits),
+                TokenSampler(sampling, seed, self.ids, self.backend.device),
                 end_of_turn=self.backend.end_of_turn,
                 decode=self._decode,
                 window=window,
                 room=self.backend.max_context - len(self.ids),
                 run_on=run_on,
+                fits=fits,
             )
         finally:
             self._rollback(prefix)
@@ -331,12 +343,25 @@ class TokenSampler:
         self.history = list(history[-REPEAT_LAST_N:])
 
     def __call__(self, logits: torch.Tensor) -> int:
+        """A token sampled and counted as drafted."""
+        token = self.pick(logits)
+        self.take(token)
+        return token
+
+    def pick(self, logits: torch.Tensor, among: Sequence[int] | None = None) -> int:
+        if among is not None:
+            only = torch.full_like(logits, -torch.inf)
+            only[list(among)] = logits[list(among)]
+            logits = only
         latest = torch.tensor([self.history[-REPEAT_LAST_N:]], dtype=torch.long)
         processed = self.processors(latest.to(logits.device), logits[None])
         if self.greedy:
-            token = int(processed.argmax())
-        else:
-            probs = torch.softmax(processed, dim=-1)
-            token = int(torch.multinomial(probs, 1, generator=self.generator))
+            return int(processed.argmax())
+        probs = torch.softmax(processed, dim=-1)
+        return int(torch.multinomial(probs, 1, generator=self.generator))
+
+    def take(self, token: int) -> None:
         self.history.append(token)
-        return token
+
+    def likeliest(self, logits: torch.Tensor, most: int) -> list[int]:
+        return torch.topk(logits, min(most, logits.shape[-1])).indices.tolist()

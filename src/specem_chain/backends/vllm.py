@@ -24,7 +24,7 @@ import math
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from ..engine.types import Draft, Message, Sampling, Score, Scoring, Segment, Tool
+from ..engine.types import Draft, Fits, Message, Sampling, Score, Scoring, Segment, Tool
 from ..errors import MemberServerError
 from ..members import Member
 from .drafting import check_prompt, common_prefix, finish_draft
@@ -256,7 +256,12 @@ class VLLMSession:
         return self.prompt_ids + (await self.backend.tokenize(answer) if answer else [])
 
     async def draft(
-        self, window: int, sampling: Sampling, seed: int, run_on: bool = False
+        self,
+        window: int,
+        sampling: Sampling,
+        seed: int,
+        run_on: bool = False,
+        fits: Fits | None = None,
     ) -> Draft:
         backend = self.backend
         room = backend.max_model_len - len(self.ids)

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import torch
 
 from ..backends.transformers import TransformersBackend, inline_mask
-from ..engine.types import Draft, Message, Sampling, Score, Scoring, Segment
+from ..engine.types import Draft, Fits, Message, Sampling, Score, Scoring, Segment
 
 
 class ReferenceSession:
@@ -31,7 +31,12 @@ class ReferenceSession:
         return self.prompt + tokenizer.encode(self.answer, add_special_tokens=False)
 
     async def draft(
-        self, window: int, sampling: Sampling, seed: int, run_on: bool = False
+        self,
+        window: int,
+        sampling: Sampling,
+        seed: int,
+        run_on: bool = False,
+        fits: Fits | None = None,
     ) -> Draft:
         return await asyncio.to_thread(self._draft, window, sampling, seed)
 

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 from pydantic_core import from_json
 
 from .tool_calls import TOOL_CALL_CLOSE, TOOL_CALL_OPEN
-from .types import Segment
+from .types import Fits, Segment
 
 _WS = " \t\n\r"
 _WS_RUN = re.compile("[ \t\n\r]*")
@@ -33,6 +33,8 @@ _NUMBER = {
     "exp": {"0": "exp", "1": "exp"},
 }
 _NUMBER_ENDS = {"zero", "int", "frac", "exp"}
+# The end of a number cut where a digit must follow (pydantic's partial reading drops it).
+_CUT_NUMBER = re.compile(r"(?:-|\d\.|\d[eE]|[eE][+-])\Z")
 # The start of a tool call's object up to its name, the name so far, and its closing quote.
 _NAME_START = re.compile(r' \{ "name" : "([^"\\]*)("?)'.replace(" ", "[ \t\n\r]*"))
 
@@ -60,6 +62,13 @@ class AnswerFormat:
     def shape(self, answer: str, segment: Segment) -> Segment | None:
         """``segment`` as it may be accepted after ``answer``, or None."""
         return segment if self.constraint is None else self.constraint(answer, segment)
+
+    def fits(self, answer: str) -> Fits | None:
+        """Whether a draft may follow ``answer`` (whole or cut where the format ends), for
+        members that draft under the format token by token; None when any text may."""
+        if (constraint := self.constraint) is None:
+            return None
+        return lambda text, finished: constraint(answer, Segment(text, finished)) is not None
 
     def fallback(self, answer: str) -> list[Segment]:
         """What the format offers itself in a round where no member's candidate fits it: a
@@ -362,8 +371,11 @@ def _step(value: Any, step: str | None) -> Any:
 def json_fits(text: str, scan: JsonScan, schema: dict[str, Any]) -> bool:
     """Whether a valid JSON prefix (``scan`` of ``text``) can still become valid for
     ``schema``: its values so far (:func:`fits_schema`) and the key it is writing."""
+    head = text[: scan.end]
+    if scan.end is None and _CUT_NUMBER.search(head):
+        head += "0"  # a number cut after its point, exponent or sign: judged as it goes on
     try:
-        value = from_json(text[: scan.end], allow_partial="trailing-strings")
+        value = from_json(head, allow_partial="trailing-strings")
     except ValueError:  # a prefix pydantic cannot read: nothing to judge yet
         return True
     if scan.key is not None and not key_fits(scan.key, schema, value):
@@ -447,7 +459,7 @@ class ToolCallAnswer:
             pos += len(TOOL_CALL_OPEN)
             scan = _scan_object(full[pos:])
             name = _NAME_START.match(full, pos)
-            if not scan.valid or not self._name_fits(name):
+            if not scan.valid or not self._name_fits(name, len(full)):
                 return None
             if TOOL_CALL_CLOSE in full[pos : pos + (scan.end or len(full))]:
                 return None  # the closing tag in a string would end the block for a reader
@@ -497,15 +509,16 @@ class ToolCallAnswer:
         )
         return tuple(t for t in texts if self(answer, Segment(t)) is not None)
 
-    def _name_fits(self, match: re.Match[str] | None) -> bool:
-        """The call's name, as far as it is written (``_NAME_START``'s match on the call),
-        can still be one of the names."""
+    def _name_fits(self, match: re.Match[str] | None, end: int) -> bool:
+        """The call's name, as far as it is written (``_NAME_START``'s match on the call, in
+        a text of ``end`` characters), can still be one of the names; a name that goes on
+        with an escape sequence cannot (no tool's name needs one)."""
         if match is None:
             return True
         name, closed = match.groups()
         if closed:
             return name in self.names
-        return any(full_name.startswith(name) for full_name in self.names)
+        return match.end() == end and any(n.startswith(name) for n in self.names)
 
     def _call_schema(self, match: re.Match[str] | None) -> dict[str, Any]:
         """The schema of a call, with its tool's arguments once its name (the first key, as

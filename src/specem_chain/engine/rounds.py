@@ -60,8 +60,10 @@ async def draft_round(
     :data:`REDRAFTS` times; so is, once, a round that would make the answer go round a loop
     (:meth:`AnswerText.goes_round`) when a drafter's
     :attr:`~.types.Sampling.loop_penalty` is over 1: every drafter drafts again with new
-    seeds and at least its loop penalty as its repetition penalty."""
+    seeds and at least its loop penalty as its repetition penalty. In-process members draft
+    under the format token by token (:meth:`AnswerFormat.fits`)."""
     seats = roster.seats
+    fits = shape.fits(answer.text)
 
     async def draft(attempt: int, looping: bool, i: int) -> list[Draft]:
         # A seat's drafts come one after another from its one session. The first has the
@@ -71,7 +73,7 @@ async def draft_round(
             penalty = max(sampling.repeat_penalty, sampling.loop_penalty)
             sampling = sampling.model_copy(update={"repeat_penalty": penalty})
         return [
-            await session.draft(window, sampling, seed(i, attempt + k * REDRAFTS), run_on)
+            await session.draft(window, sampling, seed(i, attempt + k * REDRAFTS), run_on, fits)
             for k in range(sampling.drafts)
         ]
 
@@ -101,21 +103,35 @@ async def draft_round(
             picked = [candidates[k] for k in live]
             return Drafted(picked, [drafts[k][0] for k in live], tokens, resting, looping)
     rejected = [f"{seats[i].name}: {d.text!r}" for (i, d), s in zip(drafts, shaped) if s is None]
-    if rejected and (written := shape.fallback(answer.text)):
-        # the members went astray where the format knows the ways on: it offers them (the
-        # verifiers choose when there are several), credited to the first drafter
+    if written := shape.fallback(answer.text):
+        # the members went astray (or, drafting under the format, found no way on) where the
+        # format knows the ways on: it offers them (the verifiers choose when there are
+        # several), credited to the first drafter
         offered = [
             Candidate(seats[drafting[0]].name, w.text, w.finished, 0, source="format")
             for w in written
         ]
         return Drafted(offered, [drafting[0]] * len(offered), tokens, resting)
+    raise _no_way_on(round_index, rejected, shape, answer.text)
+
+
+def _no_way_on(
+    round_index: int, rejected: list[str], shape: AnswerFormat, answer: str
+) -> EnsembleError:
+    """The error for a round that no candidate could move on, after every redraft:
+    ``rejected`` names the drafts the answer's format refused."""
     if rejected:
-        raise AnswerFormatError(
+        return AnswerFormatError(
             f"round {round_index}: every candidate broke the answer's required format "
             f"{REDRAFTS} times (last drafts: {'; '.join(rejected)}); the answer so far: "
-            f"{answer.text!r}"
+            f"{answer!r}"
         )
-    raise EnsembleError(
+    if shape.constraint is not None:
+        return AnswerFormatError(
+            f"round {round_index}: drafting under the answer's required format, no member "
+            f"found a token that fits it, {REDRAFTS} times; the answer so far: {answer!r}"
+        )
+    return EnsembleError(
         f"round {round_index}: every member drafted an empty segment {REDRAFTS} times; the "
         "members cannot continue this answer"
     )

@@ -7,7 +7,7 @@ types; the engine imports nothing above itself.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, TypedDict
 
@@ -51,6 +51,10 @@ class Sampling(BaseModel):
         "same context, each with a seed of its own; the verifiers choose among all of them.",
     )
 
+
+Fits = Callable[[str, bool], bool]
+"""Whether a draft's text (and ``True``: ending the turn there) can still be accepted in the
+answer's required format; given to a member's :meth:`~MemberSession.draft` under a format."""
 
 REPEAT_LAST_N = 64
 """How many of the latest tokens the repetition penalty looks back over (llama.cpp's
@@ -115,11 +119,19 @@ class MemberSession(Protocol):
         ...
 
     async def draft(
-        self, window: int, sampling: Sampling, seed: int, run_on: bool = False
+        self,
+        window: int,
+        sampling: Sampling,
+        seed: int,
+        run_on: bool = False,
+        fits: Fits | None = None,
     ) -> Draft:
         """Sample a continuation of the current context, at most ``window`` tokens; with
         ``run_on``, go on past the window to the end of the word it is in (members that
-        can: servers draft a fixed number of tokens)."""
+        can: servers draft a fixed number of tokens). With ``fits``, members that sample
+        token by token (in this process) draw each token among those that keep the draft
+        fitting, so their drafts never break the answer's format; servers draft freely and
+        the engine shapes their drafts after."""
         ...
 
     async def score(self, candidates: Sequence[Segment], scoring: Scoring) -> list[Score]:

@@ -1,5 +1,8 @@
-"""LangChain's create_agent on the embedded default ensemble: tools, and a structured
-response in the provider's own format (the ensemble's profile says it has one)."""
+"""LangChain's create_agent on a real model: tools, and a structured response in the
+provider's own format (the ensemble's profile says it has one). SmolLM2 (135M) on
+llama.cpp answers: drafting under the answer's format, it writes valid calls and objects,
+which is what these flows need; the default member's own answers are checked in
+tests/integration/test_default_ensemble.py and the examples' tests."""
 
 from __future__ import annotations
 
@@ -10,10 +13,11 @@ from langchain.agents.structured_output import ProviderStrategy
 from langchain_core.tools import tool
 from pydantic import BaseModel
 
-from specem_chain import SpecEMChatModel
+from specem_chain import Member, SpecEMChatModel
 
 pytestmark = pytest.mark.models
 
+SMOLLM2 = Member(source="smollm2", backend="llamacpp")
 calls: list[dict] = []
 
 
@@ -33,7 +37,7 @@ class Product(BaseModel):
 
 
 def llm(**settings: object) -> SpecEMChatModel:
-    return SpecEMChatModel(seed=0, max_tokens=80, temperature=0, **settings)
+    return SpecEMChatModel(members=[SMOLLM2], seed=0, max_tokens=80, temperature=0, **settings)
 
 
 @wrap_model_call

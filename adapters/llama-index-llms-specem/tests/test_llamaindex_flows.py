@@ -1,6 +1,7 @@
-"""Real LlamaIndex flows on the embedded default ensemble (real weights): a forced tool
-call, structured prediction, an agent calling a tool, and a query engine over a vector
-index (the docs' examples)."""
+"""Real LlamaIndex flows on real weights (the docs' examples): a forced tool call,
+structured prediction and an agent calling a tool on SmolLM2 (135M) on llama.cpp, which
+writes valid calls drafting under the answer's format, and a query engine over a vector
+index on the embedded default ensemble."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pydantic import BaseModel
 pytestmark = pytest.mark.models
 
 QUESTION = "What is the weather like in Lisbon today?"
+SMOLLM2 = ["smollm2"]
 
 
 def weather_tool(calls: list[str]) -> FunctionTool:
@@ -27,7 +29,7 @@ def weather_tool(calls: list[str]) -> FunctionTool:
 
 def test_a_required_tool_call_is_a_valid_tool_selection():
     tool = weather_tool([])
-    llm = SpecEM(seed=0, max_tokens=48)
+    llm = SpecEM(members=SMOLLM2, seed=0, max_tokens=48)
     response = llm.chat_with_tools([tool], user_msg=QUESTION, tool_required=True)
     (selection,) = llm.get_tool_calls_from_response(response)
     assert selection.tool_name == "get_weather" and selection.tool_id.startswith("call_")
@@ -38,7 +40,7 @@ def test_a_required_tool_call_is_a_valid_tool_selection():
 
 async def test_predict_and_call_runs_the_forced_call():
     calls: list[str] = []
-    result = await SpecEM(seed=1, max_tokens=48).apredict_and_call(
+    result = await SpecEM(members=SMOLLM2, seed=1, max_tokens=48).apredict_and_call(
         [weather_tool(calls)], user_msg=QUESTION, tool_required=True
     )
     assert len(calls) == 1 and isinstance(calls[0], str) and calls[0]
@@ -53,7 +55,7 @@ class Person(BaseModel):
 
 def test_structured_predict_fills_the_model_through_a_forced_call():
     prompt = PromptTemplate("Extract the person: {text}")
-    llm = SpecEM(seed=0, max_tokens=48)
+    llm = SpecEM(members=SMOLLM2, seed=0, max_tokens=48)
     person = llm.structured_predict(Person, prompt, text="Maria is 34 years old.")
     assert isinstance(person, Person) and person.name
 
@@ -62,12 +64,11 @@ async def test_an_agent_calls_the_tool_then_answers():
     """FunctionAgent with one python tool (the docs' example). Its first step is forced to
     call the tool (``initial_tool_choice``, the agent API's way): the small members do not
     call it reliably on their own. Later steps are the ensemble's own choice (tool_choice
-    "auto"), with the call and its result in the conversation; the default member calls
-    the tool again after its result (seeds 0-2), so the run ends as the example's does,
-    after three steps, with an answer written without tools."""
+    "auto"), with the call and its result in the conversation; within three steps the run
+    ends with an answer written without tools (as it does at seeds 0-2, checked)."""
     from llamaindex_agent import build_agent
 
-    agent = build_agent(SpecEM(seed=0, max_tokens=48))
+    agent = build_agent(SpecEM(members=SMOLLM2, seed=0, max_tokens=48))
     handler = agent.run(QUESTION, max_iterations=3, early_stopping_method="generate")
     steps = [e async for e in handler.stream_events() if isinstance(e, AgentOutput)]
     result = await handler  # raises if the agent ran out of iterations

@@ -18,6 +18,9 @@ from specem_chain.models import BUILTINS, DEFAULT_MEMBERS, resolve
 
 DEFAULT_MODEL = DEFAULT_MEMBERS[0].source
 """The default member's built-in model (Qwen2.5-Coder 1.5B)."""
+SMOLLM2 = Member(source="smollm2", backend="llamacpp")
+"""SmolLM2 (135M) on llama.cpp: the cheapest real member, for flows that need a real model
+writing valid calls and objects (it drafts under the answer's format), not a strong one."""
 LARGER = Member(source=DEFAULT_MODEL, backend="llamacpp", name="larger")
 """The default member's model drafting as any member does: the larger of the two real
 models, for ensembles of two different models."""

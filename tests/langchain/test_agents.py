@@ -11,13 +11,13 @@ from langchain.agents import create_agent
 from langchain.agents.middleware import ModelRequest, wrap_model_call
 from langchain.agents.structured_output import ProviderStrategy
 from langchain_core.tools import tool
+from loading import SMOLLM2
 from pydantic import BaseModel
 
-from specem_chain import Member, SpecEMChatModel
+from specem_chain import SpecEMChatModel
 
 pytestmark = pytest.mark.models
 
-SMOLLM2 = Member(source="smollm2", backend="llamacpp")
 calls: list[dict] = []
 
 

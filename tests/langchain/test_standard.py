@@ -12,11 +12,10 @@ from __future__ import annotations
 import pytest
 from langchain_tests.integration_tests import ChatModelIntegrationTests
 from langchain_tests.unit_tests import ChatModelUnitTests
+from loading import SMOLLM2
 from syrupy.assertion import SnapshotAssertion
 
-from specem_chain import Member, SpecEMChatModel
-
-SMOLLM2 = Member(source="smollm2", backend="llamacpp")
+from specem_chain import SpecEMChatModel
 
 
 class Capabilities:

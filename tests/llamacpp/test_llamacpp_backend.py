@@ -13,7 +13,7 @@ from pathlib import Path
 import llama_cpp
 import pytest
 from langchain_core.messages import HumanMessage
-from loading import LARGER, loaded
+from loading import LARGER, SMOLLM2, loaded
 from reference_scoring import QUESTION
 
 from specem_chain import SpecEMChatModel
@@ -25,7 +25,6 @@ from specem_chain.members import Member, Sampling
 
 pytestmark = pytest.mark.models
 
-SMOLLM2 = Member(source="smollm2", backend="llamacpp")
 
 SCORE_TOLERANCE = 0.5
 """Mean log-probs, llama.cpp vs transformers on the dequantised weights in float32.

@@ -4,7 +4,7 @@ accepted segments, and the same scores (the one context rule, on every backend).
 from __future__ import annotations
 
 import pytest
-from loading import loaded
+from loading import SMOLLM2, loaded
 from sessions import SEGMENTS, accept_alike
 
 from specem_chain import Member
@@ -48,7 +48,7 @@ async def test_an_openai_style_draft_is_penalised_as_the_member_says(llama_url, 
     without one, greedy, as llama.cpp in this process does; with one, over the tokens it
     drafted (that server's penalty does not read the prompt, unlike ours)."""
     question = [{"role": "user", "content": "Repeat exactly: banana banana banana banana"}]
-    local = await loaded(Member(source="smollm2", backend="llamacpp")).open(question)
+    local = await loaded(SMOLLM2).open(question)
     member = Member.openai_completions(llama_url, tokenizer=str(smollm2_folder))
     remote = await OpenAICompletionsBackend(member).open(question)
     plain = Sampling(temperature=0.0, repeat_penalty=1.0)
@@ -63,7 +63,7 @@ async def test_an_openai_style_draft_is_penalised_as_the_member_says(llama_url, 
 async def test_an_openai_style_session_reads_the_same_context_as_llamacpp(
     llama_url, smollm2_folder
 ):
-    local = await loaded(Member(source="smollm2", backend="llamacpp")).open(QUESTION)
+    local = await loaded(SMOLLM2).open(QUESTION)
     member = Member.openai_completions(llama_url, tokenizer=str(smollm2_folder))
     remote = await OpenAICompletionsBackend(member).open(QUESTION)
     assert remote.prompt_tokens == local.prompt_tokens

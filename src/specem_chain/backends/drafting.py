@@ -33,7 +33,14 @@ draft ends there, and the engine's shaping takes over."""
 
 
 class Sampler(Protocol[L]):
-    """How an in-process backend samples a draft's tokens (seeded, with its penalties)."""
+    """How an in-process backend samples a draft's tokens (seeded, with its penalties); the
+    backends' samplers subclass it for :meth:`__call__`."""
+
+    def __call__(self, logits: L) -> int:
+        """A token sampled and counted as drafted."""
+        token = self.pick(logits)
+        self.take(token)
+        return token
 
     def pick(self, logits: L, among: Sequence[int] | None = None) -> int:
         """A token sampled from ``logits`` (only among ``among`` when given)."""

@@ -52,7 +52,7 @@ from ..engine.types import (
 from ..errors import MemberSpecError
 from ..members import Member, model_files
 from .batching import Batcher, Slot
-from .drafting import check_prompt, common_prefix, draft_tokens
+from .drafting import Sampler, check_prompt, common_prefix, draft_tokens
 from .local import LocalSession
 from .template import ChatTemplate
 
@@ -343,7 +343,7 @@ class SavedState:
     state: ctypes.Array[ctypes.c_uint8]
 
 
-class TokenSampler:
+class TokenSampler(Sampler[Logits]):
     """Samples tokens from logits as a draft does: the repetition penalty over the latest
     tokens (``history`` and those sampled since), then temperature and top-p, seeded."""
 
@@ -363,12 +363,6 @@ class TokenSampler:
         for token in history[-REPEAT_LAST_N:]:
             llama_cpp.llama_sampler_accept(self.chain.sampler, token)
         self.array = LlamaTokenDataArray(n_vocab=n_vocab)
-
-    def __call__(self, logits: Logits) -> int:
-        """A token sampled and counted as drafted."""
-        token = self.pick(logits)
-        self.take(token)
-        return token
 
     def pick(self, logits: Logits, among: Sequence[int] | None = None) -> int:
         if among is not None:

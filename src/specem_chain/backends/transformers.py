@@ -37,7 +37,7 @@ from ..engine.types import (
 )
 from ..errors import MemberSpecError
 from ..members import Member, model_files
-from .drafting import check_prompt, draft_tokens
+from .drafting import Sampler, check_prompt, draft_tokens
 from .local import LocalSession
 from .template import ChatTemplate, tokenizer_template
 
@@ -320,7 +320,7 @@ def inline_mask(
     return mask[None, None]
 
 
-class TokenSampler:
+class TokenSampler(Sampler[torch.Tensor]):
     """Samples tokens from logits as a draft does: the repetition penalty over the latest
     tokens (``history`` and those sampled since), then temperature and top-p, seeded."""
 
@@ -341,12 +341,6 @@ class TokenSampler:
             if sampling.top_p < 1.0:
                 self.processors.append(TopPLogitsWarper(sampling.top_p))
         self.history = list(history[-REPEAT_LAST_N:])
-
-    def __call__(self, logits: torch.Tensor) -> int:
-        """A token sampled and counted as drafted."""
-        token = self.pick(logits)
-        self.take(token)
-        return token
 
     def pick(self, logits: torch.Tensor, among: Sequence[int] | None = None) -> int:
         if among is not None:

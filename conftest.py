@@ -42,12 +42,13 @@ def release_models() -> Iterator[None]:
 def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Folders of tiny random models: "llama", "qwen2", "plain" (no chat template),
     "nosystem" (a template that rejects a system turn) and "tools" (a template that writes
-    tools)."""
-    from tiny_models import NO_SYSTEM_TEMPLATE, TOOLS_TEMPLATE, build_model
+    tools); and "gguf", a "llama" model as a GGUF file (beside its folder)."""
+    from tiny_models import NO_SYSTEM_TEMPLATE, TOOLS_TEMPLATE, build_gguf, build_model
 
     root = tmp_path_factory.mktemp("tiny")
     return {
         "llama": build_model(root / "llama", "llama"),
+        "gguf": build_gguf(build_model(root / "gguf", "llama")),
         "qwen2": build_model(root / "qwen2", "qwen2"),
         "plain": build_model(root / "plain", "llama", chat_template=None),
         "nosystem": build_model(root / "nosystem", "qwen2", chat_template=NO_SYSTEM_TEMPLATE),

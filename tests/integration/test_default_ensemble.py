@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from specem_chain.cli import app
 from specem_chain.engine.types import Segment
 from specem_chain.members import Member
-from specem_chain.models import DEFAULT_MEMBERS, gguf_path
+from specem_chain.models import DEFAULT_MEMBERS
 
 CHAT_MODELS = [
     "smollm2-135m-instruct",
@@ -61,12 +61,3 @@ def test_the_default_ensemble_drafts_two_candidates_a_round_and_verifies_them():
         assert segment["verifiers"] == [qwen.label]
     assert any(len(s["candidates"]) == 2 for s in answer["segments"])
     assert answer["finish_reason"] in ("end_of_turn", "length")
-
-
-async def test_a_member_loads_straight_from_a_gguf_file():
-    path = gguf_path("smollm2")
-    backend = loaded(Member(source=str(path), backend="transformers"))
-    assert backend.model.config.model_type == "llama"
-    session = await backend.open(QUESTION)
-    draft = await session.draft(4, Member(source=str(path)).sampling, 0)
-    assert draft.tokens > 0

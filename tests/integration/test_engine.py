@@ -133,6 +133,16 @@ async def test_members_may_run_in_another_dtype(tiny_models):
     assert answer.rounds and all(len(e.scores) == 2 for e in answer.rounds if e.verified)
 
 
+async def test_a_gguf_file_is_a_member_on_either_in_process_backend(tiny_models):
+    """One GGUF, read by transformers' GGUF loader (dequantized) and by llama.cpp."""
+    gguf = str(tiny_models["gguf"])
+    members = [Member(source=gguf, backend=b, name=b) for b in ("transformers", "llamacpp")]
+    answer = await run(members, seed=0, max_tokens=16, window=4)
+    assert answer.backends == {"transformers": "transformers", "llamacpp": "llamacpp"}
+    assert any(e.verified for e in answer.rounds)
+    assert all(len(e.scores) == 2 for e in answer.rounds if e.verified)
+
+
 async def test_warm_up_loads_every_member_before_the_first_request(tiny_models):
     from specem_chain.backends import registry
     from specem_chain.models import resolve

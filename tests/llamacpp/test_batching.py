@@ -7,7 +7,7 @@ import asyncio
 import json
 
 import pytest
-from loading import LARGER, loaded
+from loading import loaded
 from typer.testing import CliRunner
 
 from specem_chain.backends.batching import SEQUENCES, Batcher
@@ -17,10 +17,17 @@ from specem_chain.request import Answer, RequestSettings, open_request
 
 pytestmark = pytest.mark.models
 
-MEMBERS = [
-    Member(source="smollm2", backend="llamacpp", batching=True),
-    LARGER.model_copy(update={"batching": True}),
-]
+
+@pytest.fixture
+def members(tiny_models) -> list[Member]:
+    """SmolLM2 and a tiny random model, two models of different sizes, each batching on
+    llama.cpp."""
+    return [
+        Member(source="smollm2", backend="llamacpp", batching=True),
+        Member(source=str(tiny_models["gguf"]), backend="llamacpp", batching=True, name="tiny"),
+    ]
+
+
 QUESTIONS = [
     "What is the capital of France?",
     "Name a fruit that is yellow.",
@@ -33,27 +40,29 @@ def ask(question: str) -> list[dict]:
     return [{"role": "user", "content": question}]
 
 
-async def answer(question: str, *, max_tokens: int = 24, **settings) -> Answer:
+async def answer(
+    members: list[Member], question: str, *, max_tokens: int = 24, **settings
+) -> Answer:
     settings = RequestSettings(max_tokens=max_tokens, seed=0, **settings)
-    async with open_request(MEMBERS, ask(question), settings) as request:
+    async with open_request(members, ask(question), settings) as request:
         async for _ in request:
             pass
     return request.answer
 
 
-def batchers() -> list[Batcher]:
-    found = [loaded(m).batcher for m in MEMBERS]
+def batchers(members: list[Member]) -> list[Batcher]:
+    found = [loaded(m).batcher for m in members]
     assert all(isinstance(b, Batcher) for b in found)
     return found
 
 
-async def all_sequences_free() -> None:
+async def all_sequences_free(members: list[Member]) -> None:
     """Wait for the batchers to clear the sequences the finished requests freed."""
     for _ in range(200):
-        if all(len(b.free) == SEQUENCES and not b.cleared for b in batchers()):
+        if all(len(b.free) == SEQUENCES and not b.cleared for b in batchers(members)):
             return
         await asyncio.sleep(0.01)
-    raise AssertionError(f"sequences still taken: {[b.free for b in batchers()]}")
+    raise AssertionError(f"sequences still taken: {[b.free for b in batchers(members)]}")
 
 
 @pytest.fixture
@@ -70,55 +79,57 @@ def step_sizes(monkeypatch) -> list[int]:
     return sizes
 
 
-async def test_concurrent_requests_each_get_a_whole_answer_of_their_own(step_sizes):
-    answers = await asyncio.gather(*(answer(q) for q in QUESTIONS))
+async def test_concurrent_requests_each_get_a_whole_answer_of_their_own(members, step_sizes):
+    answers = await asyncio.gather(*(answer(members, q) for q in QUESTIONS))
     assert max(step_sizes) >= 2  # the requests did share steps
     for reply in answers:
         assert reply.text.strip() and reply.finish_reason in ("end_of_turn", "length")
         assert reply.text == "".join(s["text"] for s in reply.segments())
-        assert set(reply.wins) == {m.label for m in MEMBERS}
+        # every round drafted by both members and verified by both, on their own sequences
+        assert all({c.member for c in e.candidates} == set(reply.members) for e in reply.rounds)
+        assert all(len(e.verifiers) == 2 for e in reply.rounds if e.verified)
         assert reply.backends == dict.fromkeys(reply.members, "llamacpp")
     texts = [reply.text for reply in answers]
     assert len(set(texts)) == len(texts)  # each answers its own question
-    await all_sequences_free()
+    await all_sequences_free(members)
 
 
-async def test_a_batched_answer_alone_is_reproducible():
-    first, second = [await answer(QUESTIONS[2]) for _ in range(2)]
+async def test_a_batched_answer_alone_is_reproducible(members):
+    first, second = [await answer(members, QUESTIONS[2]) for _ in range(2)]
     assert first.text == second.text
     assert first.segments() == second.segments()
 
 
-async def test_a_cancelled_request_frees_its_sequence_and_the_others_finish():
+async def test_a_cancelled_request_frees_its_sequence_and_the_others_finish(members):
     async def cancelled() -> None:
         settings = RequestSettings(max_tokens=64, seed=0)
-        async with open_request(MEMBERS, ask(QUESTIONS[2]), settings) as request:
+        async with open_request(members, ask(QUESTIONS[2]), settings) as request:
             async for update in request:
                 if update.event.round >= 1:
                     raise asyncio.CancelledError  # as a client that hangs up
 
-    others = [asyncio.ensure_future(answer(q)) for q in QUESTIONS[:2]]
+    others = [asyncio.ensure_future(answer(members, q)) for q in QUESTIONS[:2]]
     with pytest.raises(asyncio.CancelledError):
         await cancelled()
     for reply in await asyncio.gather(*others):
         assert reply.text.strip()
-    await all_sequences_free()
+    await all_sequences_free(members)
 
 
-async def test_a_failing_request_leaves_the_others_running():
-    others = [asyncio.ensure_future(answer(q)) for q in QUESTIONS[:2]]
+async def test_a_failing_request_leaves_the_others_running(members):
+    others = [asyncio.ensure_future(answer(members, q)) for q in QUESTIONS[:2]]
     with pytest.raises(TimeoutError, match="answer_timeout"):
-        await answer(QUESTIONS[2], max_tokens=200, answer_timeout=0.5)
+        await answer(members, QUESTIONS[2], max_tokens=200, answer_timeout=0.5)
     for reply in await asyncio.gather(*others):
         assert reply.text.strip()
-    await all_sequences_free()
+    await all_sequences_free(members)
 
 
-async def test_more_requests_than_sequences_wait_for_one():
+async def test_more_requests_than_sequences_wait_for_one(members):
     questions = [f"Count to {n}." for n in range(SEQUENCES + 2)]
-    answers = await asyncio.gather(*(answer(q, max_tokens=6) for q in questions))
+    answers = await asyncio.gather(*(answer(members, q, max_tokens=6) for q in questions))
     assert all(reply.text.strip() for reply in answers)
-    await all_sequences_free()
+    await all_sequences_free(members)
 
 
 def test_the_load_benchmark_compares_batched_and_unbatched_requests(tmp_path):
@@ -126,6 +137,8 @@ def test_the_load_benchmark_compares_batched_and_unbatched_requests(tmp_path):
         app,
         [
             "bench",
+            "--member",
+            "smollm2",
             "--concurrency",
             "1,2",
             "--length",

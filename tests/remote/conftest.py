@@ -5,7 +5,8 @@
   model, for those where only the protocol's plumbing matters (a float32 SmolLM2 on
   transformers takes about 0.1 s a token on two cores; the tiny model a millisecond);
 - llama-cpp-python's own OpenAI-compatible server serving the SmolLM2 and Qwen2.5-Coder
-  GGUFs.
+  GGUFs (not a random model: an OpenAI-style member checks on a counting answer that the
+  server's echoed log-probs belong to their tokens).
 """
 
 from __future__ import annotations
@@ -14,9 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from remote_servers import llama_server, tgi_server
-
-from specem_chain import models
+from remote_servers import LlamaServer, builtin_llama_server, tgi_server
 
 
 @pytest.fixture(scope="package")
@@ -34,21 +33,15 @@ def tiny_tgi_url(
 
 
 @pytest.fixture(scope="package")
-def llama_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The API root (``.../v1``) of llama-cpp-python's server, serving SmolLM2."""
-    with llama_server(tmp_path_factory.mktemp("llama"), "smollm2") as url:
-        yield url
+def smollm2_llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
+    """llama-cpp-python's server serving SmolLM2."""
+    with builtin_llama_server(tmp_path_factory.mktemp("llama"), "smollm2") as server:
+        yield server
 
 
 @pytest.fixture(scope="package")
-def qwen_llama_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def qwen_llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
     """llama-cpp-python's server serving Qwen2.5-Coder, whose chat prompts do not start
     with its BOS token."""
-    with llama_server(tmp_path_factory.mktemp("llama-qwen"), "qwen2.5-coder") as url:
-        yield url
-
-
-@pytest.fixture(scope="package")
-def smollm2_folder() -> Path:
-    """The converted SmolLM2 folder: the llama-cpp member's tokenizer and chat template."""
-    return models.model_folder("smollm2", progress=False)
+    with builtin_llama_server(tmp_path_factory.mktemp("llama-qwen"), "qwen2.5-coder") as server:
+        yield server

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from servers import wait_until_healthy
@@ -52,17 +53,26 @@ def tgi_server(
         yield url, process
 
 
+@dataclass(frozen=True)
+class LlamaServer:
+    """A running llama-cpp-python server: its API root (``.../v1``), the GGUF it serves, and
+    the model folder whose tokenizer and chat template its members render prompts with."""
+
+    url: str
+    gguf: Path
+    folder: Path
+
+
 @contextmanager
-def llama_server(tmp: Path, model: str) -> Iterator[str]:
-    """llama-cpp-python's own OpenAI-compatible server on a built-in model's GGUF; yields
-    its API root (``.../v1``)."""
+def llama_server(tmp: Path, gguf: Path, folder: Path) -> Iterator[LlamaServer]:
+    """llama-cpp-python's own OpenAI-compatible server on ``gguf``."""
     port = free_port()
     command = [
         sys.executable,
         "-m",
         "llama_cpp.server",
         "--model",
-        str(models.gguf_path(model, progress=False)),
+        str(gguf),
         "--host",
         "127.0.0.1",
         "--port",
@@ -74,4 +84,12 @@ def llama_server(tmp: Path, model: str) -> Iterator[str]:
     ]
     url = f"http://127.0.0.1:{port}/v1"
     with running(command, f"{url}/models", tmp / f"llama-{port}.log"):
-        yield url
+        yield LlamaServer(url, gguf, folder)
+
+
+@contextmanager
+def builtin_llama_server(tmp: Path, model: str) -> Iterator[LlamaServer]:
+    """llama-cpp-python's server on a built-in model's GGUF."""
+    gguf = models.gguf_path(model, progress=False)
+    with llama_server(tmp, gguf, models.model_folder(model, progress=False)) as server:
+        yield server

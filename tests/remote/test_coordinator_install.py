@@ -11,7 +11,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 
-pytestmark = pytest.mark.models  # servers on the built-in members
+# A fresh virtual environment and a pip install of the package (over a minute): a packaging
+# check, among the heavy ones that CI runs as a step of their own.
+pytestmark = pytest.mark.heavy
 
 SCRIPT = """
 import importlib.util, json, sys
@@ -33,7 +35,7 @@ print(json.dumps({"text": message.content, "meta": message.response_metadata["sp
 
 
 def test_the_coordinator_install_runs_a_remote_ensemble_without_torch(
-    tmp_path, tiny_tgi_url, llama_url, smollm2_folder
+    tmp_path, tiny_tgi_url, smollm2_llama
 ):
     env_dir = tmp_path / "coordinator"
     venv.create(env_dir, with_pip=True)
@@ -45,9 +47,9 @@ def test_the_coordinator_install_runs_a_remote_ensemble_without_torch(
         timeout=600,
     )
     assert install.returncode == 0, install.stderr[-3000:]
-    template = (smollm2_folder / "chat_template.jinja").read_text()
+    template = (smollm2_llama.folder / "chat_template.jinja").read_text()
     run = subprocess.run(
-        [str(python), "-c", SCRIPT, tiny_tgi_url, llama_url, template],
+        [str(python), "-c", SCRIPT, tiny_tgi_url, smollm2_llama.url, template],
         capture_output=True,
         text=True,
         timeout=300,

@@ -3,30 +3,30 @@
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 import pytest
-from remote_servers import tgi_server
+from remote_servers import LlamaServer, tgi_server
 
-from specem_chain import Member, Sampling, SpecEMChatModel, models
+from specem_chain import Member, Sampling, SpecEMChatModel
 from specem_chain.backends.llamacpp import LlamaCppBackend, LlamaCppSession
 from specem_chain.backends.openai_completions import OpenAICompletionsBackend
 from specem_chain.engine.types import Segment
 from specem_chain.errors import MemberServerError, RequestError
-from specem_chain.models import resolve
 
 pytestmark = pytest.mark.models  # servers on the built-in members
 
 QUESTION = "Write two sentences about the sea."
 
 
-def llama_member(url: str, folder: Path, **settings: object) -> Member:
-    return Member.openai_completions(url, tokenizer=str(folder), name="llama", **settings)
+def llama_member(server: LlamaServer, **settings: object) -> Member:
+    return Member.openai_completions(
+        server.url, tokenizer=str(server.folder), name="llama", **settings
+    )
 
 
-async def test_llamacpp_and_tgi_members_answer_together(llama_url, tiny_tgi_url, smollm2_folder):
+async def test_llamacpp_and_tgi_members_answer_together(smollm2_llama, tiny_tgi_url):
     llm = SpecEMChatModel(
-        members=[llama_member(llama_url, smollm2_folder), Member.tgi(tiny_tgi_url, name="tgi")],
+        members=[llama_member(smollm2_llama), Member.tgi(tiny_tgi_url, name="tgi")],
         max_tokens=10,
         window=5,
         seed=0,
@@ -75,27 +75,26 @@ CANDIDATES = [
 
 
 @pytest.mark.parametrize(
-    ("server", "model", "lead"),
+    ("server", "lead"),
     [
-        ("llama_url", "smollm2", ""),
-        pytest.param("qwen_llama_url", "qwen2.5-coder", "<|endoftext|>", marks=pytest.mark.heavy),
+        ("smollm2_llama", ""),
+        pytest.param("qwen_llama", "<|endoftext|>", marks=pytest.mark.heavy),
     ],
 )
-async def test_a_llamacpp_server_member_scores_as_its_gguf_does_in_process(
-    request, server, model, lead
-):
+async def test_a_llamacpp_server_member_scores_as_its_gguf_does_in_process(request, server, lead):
     """llama-cpp-python echoes each prompt token with the log-prob of the token after it
     unless the prompt starts with the model's BOS token. SmolLM2's chat prompts do (its BOS
     is <|im_start|>); Qwen2.5's do not, so that member leads its prompts with <|endoftext|>.
     Either way the server's scores are those of the same GGUF and prompt in process."""
-    url = request.getfixturevalue(server)
-    folder = models.model_folder(model, progress=False)
+    served: LlamaServer = request.getfixturevalue(server)
     # (Qwen's echo over its 151k tokens can take minutes on a busy machine; see below)
-    member = Member.openai_completions(url, tokenizer=str(folder), request_timeout=600)
+    member = Member.openai_completions(
+        served.url, tokenizer=str(served.folder), request_timeout=600
+    )
     remote = OpenAICompletionsBackend(member)
     session = await remote.open(SEA)
     assert remote.lead == lead
-    local = LlamaCppBackend.load(resolve(Member(source=model, backend="llamacpp")))
+    local = LlamaCppBackend.load(Member(source=str(served.gguf), backend="llamacpp"))
     in_process = LlamaCppSession(local, lead + local.template.render(SEA))
     assert session.prompt_tokens == in_process.prompt_tokens
     expected = await in_process.score(CANDIDATES, "mean_logprob")
@@ -106,14 +105,14 @@ async def test_a_llamacpp_server_member_scores_as_its_gguf_does_in_process(
 
 @pytest.mark.heavy
 async def test_a_server_with_shifted_echo_logprobs_and_no_bos_to_lead_gets_a_clear_error(
-    qwen_llama_url,
+    qwen_llama,
 ):
-    template = models.model_folder("qwen2.5-coder", progress=False) / "chat_template.jinja"
+    template = qwen_llama.folder / "chat_template.jinja"
     # llama-cpp-python builds every echoed token's log-probs over the whole vocabulary in
     # Python: on a busy 2-core machine the probe's echo over Qwen's 151k tokens took 80 s,
     # past the default timeout, and a member that times out is dropped, not an error.
     member = Member.openai_completions(
-        qwen_llama_url, chat_template=template.read_text(), request_timeout=600
+        qwen_llama.url, chat_template=template.read_text(), request_timeout=600
     )
     llm = SpecEMChatModel(members=[member, "smollm2"], max_tokens=8)
     with pytest.raises(MemberServerError, match="do not belong to their tokens"):
@@ -186,18 +185,19 @@ async def test_a_tgi_server_without_prefill_logprobs_gets_a_clear_error(tmp_path
             await llm.ainvoke("Hi")
 
 
-async def test_the_wrong_kind_of_server_gets_a_clear_error(llama_url, tgi_url):
-    root = llama_url.removesuffix("/v1")
+async def test_the_wrong_kind_of_server_gets_a_clear_error(smollm2_llama, tiny_tgi_url):
+    root = smollm2_llama.url.removesuffix("/v1")
     wrong = SpecEMChatModel(members=[Member.tgi(root, name="x"), "smollm2"], max_tokens=8)
     with pytest.raises(MemberServerError, match="is not a TGI server"):
         await wrong.ainvoke("Hi")
     wrong = SpecEMChatModel(
-        members=[Member.openai_completions(tgi_url, name="y"), "smollm2"], max_tokens=8
+        members=[Member.openai_completions(tiny_tgi_url, name="y"), "smollm2"], max_tokens=8
     )
     with pytest.raises(MemberServerError, match="is not an OpenAI-style API root"):
         await wrong.ainvoke("Hi")
     missing = SpecEMChatModel(
-        members=[Member.openai_completions(llama_url, model="nope"), "smollm2"], max_tokens=8
+        members=[Member.openai_completions(smollm2_llama.url, model="nope"), "smollm2"],
+        max_tokens=8,
     )
     with pytest.raises(MemberServerError, match="does not serve 'nope'"):
         await missing.ainvoke("Hi")

@@ -43,13 +43,13 @@ async def test_a_tgi_draft_is_penalised_as_an_in_process_one(tgi_url):
     await local.aclose()
 
 
-async def test_an_openai_style_draft_is_penalised_as_the_member_says(llama_url, smollm2_folder):
+async def test_an_openai_style_draft_is_penalised_as_the_member_says(smollm2_llama):
     """llama-cpp-python's server drafts with the member's penalty, not its own default (1.1):
     without one, greedy, as llama.cpp in this process does; with one, over the tokens it
     drafted (that server's penalty does not read the prompt, unlike ours)."""
     question = [{"role": "user", "content": "Repeat exactly: banana banana banana banana"}]
     local = await loaded(SMOLLM2).open(question)
-    member = Member.openai_completions(llama_url, tokenizer=str(smollm2_folder))
+    member = Member.openai_completions(smollm2_llama.url, tokenizer=str(smollm2_llama.folder))
     remote = await OpenAICompletionsBackend(member).open(question)
     plain = Sampling(temperature=0.0, repeat_penalty=1.0)
     drafts = [await s.draft(8, plain, seed=0) for s in (local, remote)]
@@ -61,19 +61,33 @@ async def test_an_openai_style_draft_is_penalised_as_the_member_says(llama_url, 
 
 
 async def test_an_openai_style_session_reads_the_same_context_as_llamacpp(
-    llama_url, smollm2_folder
+    smollm2_llama, monkeypatch
 ):
     local = await loaded(SMOLLM2).open(QUESTION)
-    member = Member.openai_completions(llama_url, tokenizer=str(smollm2_folder))
-    remote = await OpenAICompletionsBackend(member).open(QUESTION)
+    member = Member.openai_completions(smollm2_llama.url, tokenizer=str(smollm2_llama.folder))
+    backend = OpenAICompletionsBackend(member)
+    remote = await backend.open(QUESTION)
     assert remote.prompt_tokens == local.prompt_tokens
-    for text in SEGMENTS:
+    merged = False
+    # each accept echoes the whole context, 2-4 s on this server: four segments, whose
+    # third join merges (".\n" + "\n")
+    for text in SEGMENTS[:4]:
+        before = list(local.ids)
         grew = [await s.accept(Segment(text)) for s in (local, remote)]
         assert grew[0] == grew[1]
         assert remote.echoed.count == len(local.ids)
+        merged |= local.ids[: len(before)] != before
+    assert merged, "no join changed the context's tokens: the test would not see a difference"
     ours, theirs = [await s.score(MERGING, "mean_logprob") for s in (local, remote)]
     assert [s.tokens for s in ours] == [s.tokens for s in theirs]
     # llama.cpp's numbers move with how a prompt is split into batches, which differs
     # between the server and this process (measured: up to 0.06)
     assert [s.mean for s in ours] == pytest.approx([s.mean for s in theirs], abs=0.1)
+    # accepting a candidate it has just scored asks the server nothing: that echo is the
+    # new context's
+    echoes = []
+    monkeypatch.setattr(backend, "echo", lambda context: echoes.append(context))
+    grew = [await s.accept(MERGING[0]) for s in (local, remote)]
+    assert grew[0] == grew[1] and remote.echoed.count == len(local.ids)
+    assert echoes == []
     await local.aclose()

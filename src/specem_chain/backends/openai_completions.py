@@ -11,6 +11,8 @@ segments), which every such server accepts.
   token. The echoed prompt tokens come with their log-probs; the candidate's are those after
   the echoed tokens' common start with the context's own (echoed when it was accepted), so
   a token that merges across the join is the candidate's, as on every backend.
+- Accepting a segment echoes the new context, unless this round scored that very text: its
+  scoring echo is the new context's, so the round's winner costs no request.
 - llama-cpp-python returns each echoed token with the log-prob of the token *after* it
   unless the prompt starts with the model's BOS token. A check at the first request finds
   this (a counting text then scores near -12 instead of near 0) and starts every prompt
@@ -160,6 +162,8 @@ class OpenAICompletionsSession:
         self.echoed = echo
         """The context as the server reads it."""
         self.prompt_tokens = echo.count
+        self.scored: dict[str, Echo] = {}
+        """This round's scoring echoes, by the text each read (context + candidate)."""
 
     async def draft(
         self,
@@ -194,6 +198,7 @@ class OpenAICompletionsSession:
         if not text:
             raise ValueError("cannot score an empty candidate that does not end the turn")
         echo = await self.backend.echo(self.context + text)
+        self.scored[self.context + text] = echo
         start = common_prefix(self.echoed.tokens, echo.tokens)
         mine = [v for v in echo.logprobs[start:] if v is not None]
         if not mine or len(mine) < len(echo.logprobs) - start:
@@ -203,7 +208,8 @@ class OpenAICompletionsSession:
     async def accept(self, segment: Segment) -> int:
         before = self.echoed.count
         self.context += segment.text
-        self.echoed = await self.backend.echo(self.context)
+        self.echoed = self.scored.get(self.context) or await self.backend.echo(self.context)
+        self.scored = {}
         return self.echoed.count - before
 
     async def aclose(self) -> None:

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from remote_servers import LlamaServer, builtin_llama_server, tgi_server
+from remote_servers import LlamaServer, llama_server, tgi_server
 
 
 @pytest.fixture(scope="package")
@@ -35,7 +35,7 @@ def tiny_tgi_url(
 @pytest.fixture(scope="package")
 def smollm2_llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
     """llama-cpp-python's server serving SmolLM2."""
-    with builtin_llama_server(tmp_path_factory.mktemp("llama"), "smollm2") as server:
+    with llama_server(tmp_path_factory.mktemp("llama"), "smollm2") as server:
         yield server
 
 
@@ -43,5 +43,5 @@ def smollm2_llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaSer
 def qwen_llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
     """llama-cpp-python's server serving Qwen2.5-Coder, whose chat prompts do not start
     with its BOS token."""
-    with builtin_llama_server(tmp_path_factory.mktemp("llama-qwen"), "qwen2.5-coder") as server:
+    with llama_server(tmp_path_factory.mktemp("llama-qwen"), "qwen2.5-coder") as server:
         yield server

@@ -64,8 +64,9 @@ class LlamaServer:
 
 
 @contextmanager
-def llama_server(tmp: Path, gguf: Path, folder: Path) -> Iterator[LlamaServer]:
-    """llama-cpp-python's own OpenAI-compatible server on ``gguf``."""
+def llama_server(tmp: Path, model: str) -> Iterator[LlamaServer]:
+    """llama-cpp-python's own OpenAI-compatible server on a built-in model's GGUF."""
+    gguf = models.gguf_path(model, progress=False)
     port = free_port()
     command = [
         sys.executable,
@@ -84,12 +85,4 @@ def llama_server(tmp: Path, gguf: Path, folder: Path) -> Iterator[LlamaServer]:
     ]
     url = f"http://127.0.0.1:{port}/v1"
     with running(command, f"{url}/models", tmp / f"llama-{port}.log"):
-        yield LlamaServer(url, gguf, folder)
-
-
-@contextmanager
-def builtin_llama_server(tmp: Path, model: str) -> Iterator[LlamaServer]:
-    """llama-cpp-python's server on a built-in model's GGUF."""
-    gguf = models.gguf_path(model, progress=False)
-    with llama_server(tmp, gguf, models.model_folder(model, progress=False)) as server:
-        yield server
+        yield LlamaServer(url, gguf, models.model_folder(model, progress=False))

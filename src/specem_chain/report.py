@@ -11,9 +11,10 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from html import escape
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from langchain_core.messages import BaseMessage
+if TYPE_CHECKING:
+    from langchain_core.messages import BaseMessage
 
 PALETTE = ("#0f7b8a", "#b4367a", "#3f7f2a", "#b8860b", "#3b5bdb", "#c0392b", "#6f42c1")
 
@@ -32,6 +33,8 @@ class Provenance:
 
 def provenance_of(source: BaseMessage | Mapping[str, Any]) -> Provenance:
     """Read the provenance of an AIMessage or of the ``specem chat --json`` object."""
+    from langchain_core.messages import BaseMessage  # here: the CLI reads no messages
+
     if isinstance(source, BaseMessage):
         specem = source.response_metadata.get("specem") or {}
         if not specem.get("segments") or "wins" not in specem:

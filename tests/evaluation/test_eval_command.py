@@ -45,6 +45,9 @@ def test_eval_runs_end_to_end_and_resumes(tiny_models, tmp_path):
         assert score["ci_low"] <= score["score"] <= score["ci_high"]
     assert (out / "chart.png").stat().st_size > 1000
     assert "| member:llama |" in (out / "summary.md").read_text()
+    cost = json.loads((out / "cost.json").read_text())
+    assert list(cost) == list(summary) and all(c["n"] == 2 for c in cost.values())
+    assert cost["member:llama"]["at_limit"] <= 2 and cost["member:llama"]["median_seconds"] > 0
     # The baselines needed member:qwen2's answers, which are stored too.
     records = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
     assert sorted({r["system"] for r in records}) == ["mbr", "member:llama", "member:qwen2", "vote"]

@@ -11,6 +11,7 @@ from specem_chain.evaluation.run import ResultStore
 from specem_chain.evaluation.summary import (
     bootstrap,
     compare_with_best_member,
+    costs,
     markdown,
     mcnemar_exact,
     score_answers,
@@ -162,6 +163,38 @@ def test_each_system_is_compared_with_the_best_member_example_by_example(tmp_pat
     assert lines[6].endswith("| 1.000 |")
     assert lines[5].endswith("| 4 | | | |")  # the best member itself
     assert json.loads((tmp_path / "paired.json").read_text())["best_member"] == "member:strong"
+
+
+def test_the_summary_says_what_each_systems_answers_took(tmp_path):
+    store = ResultStore(tmp_path / "results.jsonl")
+    answers = {"member:a": [(1, 10.0, True), (0, 30.0, False), (1, 20.0, True)]}
+    answers["specem"] = [(1, 40.0, True), (1, 50.0, False), (1, 90.0, False), (0, 5.0, True)]
+    for system, made in answers.items():
+        for i, (hit, seconds, finished) in enumerate(made):
+            text = f"#### {hit}"
+            store.add(
+                {
+                    "system": system,
+                    "id": str(i),
+                    "text": text,
+                    "seconds": seconds,
+                    "finished": finished,
+                }
+            )
+    examples = [Example(str(i), i, "q", "1") for i in range(3)]  # the run's limit is 3
+    task = TASKS["gsm8k"]
+    scores = score_answers(task, store, list(answers), examples)
+    cost = costs(store.records, scores)
+    assert cost == {
+        "member:a": {"median_seconds": 20.0, "at_limit": 1, "n": 3},
+        "specem": {"median_seconds": 50.0, "at_limit": 2, "n": 3},
+    }
+    summary = summarise(task, scores)
+    write(summary, tmp_path, "gsm8k", None, cost)
+    lines = (tmp_path / "summary.md").read_text().splitlines()
+    assert lines[2].endswith("| n | median s | at the token limit |")
+    assert lines[4].startswith("| member:a | 0.667 [") and lines[4].endswith("| 3 | 20.0 | 1 |")
+    assert json.loads((tmp_path / "cost.json").read_text()) == cost
 
 
 def test_without_a_finished_member_there_is_no_comparison(tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -30,6 +31,14 @@ def test_the_forest_plot_pairs_every_system_with_its_runs_best_member(tmp_path):
     gated = rows[-1].split(" | ")
     assert gated[4] == "200" and gated[5] == "19 / 19"  # the pooled folders: 200 shared ids
     assert all("member:" not in row for row in rows)  # members are the yardstick, not rows
+    records = {}  # the pooled answers' median seconds, the system's and its member's
+    for folder in ("gsm8k-2", "gsm8k-2-b"):
+        for line in (DEV / folder / "results.jsonl").read_text().splitlines():
+            record = json.loads(line)
+            records.setdefault(record["system"], {})[record["id"]] = record["seconds"]
+    system, member = gated[1].strip("`"), f"member:{gated[3]}"
+    seconds = [round(statistics.median(records[s].values())) for s in (system, member)]
+    assert gated[-1].strip(" |") == f"{seconds[0]} / {seconds[1]}"
 
 
 def test_folders_pooled_under_one_label_must_agree(tmp_path):

@@ -149,9 +149,10 @@ def eval_command(
     scores = summary.score_answers(evaluation, store, names, examples)
     result = summary.summarise(evaluation, scores, seed)
     comparison = summary.compare_with_best_member(evaluation, scores, result, members_alone)
-    summary.write(result, out_dir, title, comparison)
-    typer.echo(summary.markdown(result, comparison), nl=False)
-    err.print(f"results: {out_dir}/summary.md, summary.json, metrics.json, paired.json, chart.png")
+    cost = summary.costs(store.records, scores)
+    summary.write(result, out_dir, title, comparison, cost)
+    typer.echo(summary.markdown(result, comparison, cost), nl=False)
+    err.print(f"results in {out_dir}: summary.md, {{summary,metrics,paired,cost}}.json, chart.png")
 
 
 def replay_command(

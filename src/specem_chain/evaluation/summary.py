@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+import statistics
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TypedDict
+from typing import Any, TypedDict
 
 import numpy as np
 from matplotlib.figure import Figure
@@ -76,6 +77,31 @@ def score_answers(
         }
         for system in systems
     }
+
+
+class Cost(TypedDict):
+    """What a system's answers took: the median wall-clock seconds of an answer, and how
+    many answers ran to the token limit, over ``n`` answers."""
+
+    median_seconds: float
+    at_limit: int
+    n: int
+
+
+def costs(records: Mapping[tuple[str, str], Mapping[str, Any]], scores: Scores) -> dict[str, Cost]:
+    """The cost of the answers that ``scores`` scored, from their stored ``records`` (by
+    system and example id). A baseline's seconds are its choice alone: the members' answers
+    it chooses from are theirs."""
+    result: dict[str, Cost] = {}
+    for system, by_example in scores.items():
+        answers = [records[system, example] for example in by_example]
+        if answers:
+            result[system] = Cost(
+                median_seconds=statistics.median(a["seconds"] for a in answers),
+                at_limit=sum(not a["finished"] for a in answers),
+                n=len(answers),
+            )
+    return result
 
 
 def summarise(task: Task, scores: Scores, seed: int = 0) -> Summary:
@@ -171,35 +197,50 @@ def compare_with_best_member(
     return best, paired
 
 
-def markdown(summary: Summary, comparison: Comparison | None = None) -> str:
-    """One row per system, one column per metric: ``mean [low, high]``, then n; with a
-    comparison, a last column of examples better / worse than the best member."""
+def markdown(
+    summary: Summary,
+    comparison: Comparison | None = None,
+    cost: Mapping[str, Cost] | None = None,
+) -> str:
+    """One row per system, one column per metric: ``mean [low, high]``, then n; with the
+    answers' cost, their median seconds and how many ran to the token limit; with a
+    comparison, the examples better / worse than the best member, the mean difference and
+    McNemar's p."""
     metrics = list(summary)
     systems = list(summary[metrics[0]])
-    header = "| system | " + " | ".join(f"{m} (95% CI)" for m in metrics) + " | n |"
+    header = ["system", *(f"{m} (95% CI)" for m in metrics), "n"]
+    if cost is not None:
+        header += ["median s", "at the token limit"]
     if comparison is not None:
-        header += f" vs {comparison[0]}: better / worse | difference (95% CI) | p |"
-    lines = [header, "|---|" + "---|" * (len(metrics) + 1 + 3 * (comparison is not None))]
+        header += [f"vs {comparison[0]}: better / worse", "difference (95% CI)", "p"]
+    lines = [_row(header), "|---" * len(header) + "|"]
     for system in systems:
-        cells = [
-            f"{s['score']:.3f} [{s['ci_low']:.3f}, {s['ci_high']:.3f}]"
-            for s in (summary[m][system] for m in metrics)
-        ]
-        line = f"| {system} | " + " | ".join(cells) + f" | {summary[metrics[0]][system]['n']} |"
+        cells = [system, *(_score_cell(summary[m][system]) for m in metrics)]
+        cells.append(str(summary[metrics[0]][system]["n"]))
+        if cost is not None:
+            spent = cost.get(system)
+            cells += (
+                [f"{spent['median_seconds']:.1f}", str(spent["at_limit"])] if spent else ["", ""]
+            )
         if comparison is not None:
             paired = comparison[1].get(system)
-            line += _paired_cells(paired) if paired else " | | |"
-        lines.append(line)
+            cells += _paired_cells(paired) if paired else ["", "", ""]
+        lines.append(_row(cells))
     return "\n".join(lines) + "\n"
 
 
-def _paired_cells(paired: Paired) -> str:
+def _row(cells: Sequence[str]) -> str:
+    return "|" + "|".join(f" {cell} " if cell else " " for cell in cells) + "|"
+
+
+def _score_cell(score: Score) -> str:
+    return f"{score['score']:.3f} [{score['ci_low']:.3f}, {score['ci_high']:.3f}]"
+
+
+def _paired_cells(paired: Paired) -> list[str]:
+    difference = f"{paired['difference']:+.3f} [{paired['ci_low']:+.3f}, {paired['ci_high']:+.3f}]"
     p = "" if paired["p_value"] is None else f"{paired['p_value']:.3f}"
-    return (
-        f" {paired['better']} / {paired['worse']} |"
-        f" {paired['difference']:+.3f} [{paired['ci_low']:+.3f}, {paired['ci_high']:+.3f}] |"
-        f" {p} |"
-    )
+    return [f"{paired['better']} / {paired['worse']}", difference, p]
 
 
 def chart(summary: Summary, path: Path, title: str) -> None:
@@ -225,9 +266,16 @@ def chart(summary: Summary, path: Path, title: str) -> None:
     figure.savefig(path, dpi=120)
 
 
-def write(summary: Summary, out: Path, title: str, comparison: Comparison | None = None) -> None:
+def write(
+    summary: Summary,
+    out: Path,
+    title: str,
+    comparison: Comparison | None = None,
+    cost: Mapping[str, Cost] | None = None,
+) -> None:
     """``summary.json`` (headline metric), ``metrics.json`` (all), ``summary.md``,
-    ``chart.png``, and ``paired.json`` (the comparison with the best member) if given."""
+    ``chart.png``; ``paired.json`` (the comparison with the best member) and ``cost.json``
+    (the answers' cost) if given."""
     headline = next(iter(summary.values()))
     (out / "summary.json").write_text(json.dumps(headline, indent=2) + "\n", encoding="utf-8")
     (out / "metrics.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
@@ -235,7 +283,9 @@ def write(summary: Summary, out: Path, title: str, comparison: Comparison | None
         best, paired = comparison
         document = {"best_member": best, "systems": paired}
         (out / "paired.json").write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+    if cost is not None:
+        (out / "cost.json").write_text(json.dumps(cost, indent=2) + "\n", encoding="utf-8")
     heading = title.replace("\n", "; ")
-    table = markdown(summary, comparison)
+    table = markdown(summary, comparison, cost)
     (out / "summary.md").write_text(f"**{heading}**\n\n" + table, encoding="utf-8")
     chart(summary, out / "chart.png", title)

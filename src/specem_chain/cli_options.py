@@ -8,7 +8,7 @@ import functools
 import inspect
 import os
 from collections.abc import Callable, Sequence
-from typing import Annotated, Any, Literal, TypeVar, get_origin
+from typing import Annotated, Any, Literal, TypeVar, get_args, get_origin
 
 import typer
 from pydantic import ValidationError
@@ -51,11 +51,12 @@ def chosen_members(specs: Sequence[str] | None) -> list[Member]:
 
 
 def setting_option(name: str) -> inspect.Parameter:
-    """The command-line option of the request setting ``name``. A choice among names is
-    read as text, so that pydantic checks it with the other settings and a bad one gets
+    """The command-line option of the request setting ``name``. A choice among names (or
+    none) is read as text, so that pydantic checks it with the other settings and a bad one gets
     the same one-line error."""
     field = RequestSettings.model_fields[name]
-    kind = str if get_origin(field.annotation) is Literal else field.annotation
+    choices = [field.annotation, *get_args(field.annotation)]  # a choice, or one or None
+    kind = str if any(get_origin(a) is Literal for a in choices) else field.annotation
     return inspect.Parameter(
         name,
         inspect.Parameter.KEYWORD_ONLY,

@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from pydantic import ConfigDict, Field
 
@@ -36,6 +36,13 @@ from .members import Member
 from .models import resolve
 
 T = TypeVar("T")
+
+Preset = Literal["rerank"]
+PRESETS: dict[Preset, dict[str, Any]] = {
+    "rerank": {"drafts": 2, "repeat_penalty": 1.0, "loop_penalty": 1.3},
+}
+"""The named sampling recipes a request may pick (:attr:`RequestSettings.preset`): the
+:class:`Sampling` settings every member then drafts with."""
 
 
 class RequestSettings(EngineSettings):
@@ -69,6 +76,13 @@ class RequestSettings(EngineSettings):
         description="Candidates every drafting member drafts each round; unset keeps each "
         "own (Member.sampling.drafts).",
     )
+    preset: Preset | None = Field(
+        None,
+        description='"rerank": every member drafts two candidates a round without the '
+        "repetition penalty, the verifiers keep the likelier, and a looping round is drafted "
+        "again with penalty 1.3 (about twice the time; Guides -> Tuning). temperature, "
+        "repeat_penalty, loop_penalty and drafts, where set, win over it.",
+    )
     answer_timeout: float | None = Field(
         None,
         gt=0,
@@ -84,12 +98,16 @@ class RequestSettings(EngineSettings):
         )
 
     def tuned(self, members: Sequence[Member]) -> list[Member]:
-        """The members, with the sampling settings set here (:attr:`temperature`,
-        :attr:`repeat_penalty`, :attr:`loop_penalty`, :attr:`drafts`) as every one's."""
+        """The members, with the sampling settings set here as every one's: the
+        :attr:`preset`'s (:data:`PRESETS`), then :attr:`temperature`, :attr:`repeat_penalty`,
+        :attr:`loop_penalty` and :attr:`drafts` over them."""
         overrides = {
-            name: value
-            for name in Sampling.model_fields
-            if (value := getattr(self, name, None)) is not None
+            **(PRESETS[self.preset] if self.preset else {}),
+            **{
+                name: value
+                for name in Sampling.model_fields
+                if (value := getattr(self, name, None)) is not None
+            },
         }
         if not overrides:
             return list(members)

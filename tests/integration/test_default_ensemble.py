@@ -1,5 +1,5 @@
-"""The built-in chat members on transformers, and the embedded default ensemble: one of
-them drafting two candidates a round and choosing between them."""
+"""The built-in chat members on transformers, and the embedded default member under the
+``rerank`` preset: drafting two candidates a round and choosing between them."""
 
 from __future__ import annotations
 
@@ -46,15 +46,15 @@ async def test_inline_scores_equal_separate_scores_on_the_real_members(name):
     assert max(abs(a - b) for a, b in zip(inline, separate)) <= 1e-4
 
 
-def test_the_default_ensemble_drafts_two_candidates_a_round_and_verifies_them():
-    result = CliRunner().invoke(
-        app, ["chat", NATALIA, "--json", "--seed", "0", "--max-tokens", "64"]
-    )
+def test_the_rerank_preset_drafts_two_candidates_a_round_on_the_default_member():
+    [qwen] = DEFAULT_MEMBERS
+    assert qwen.sampling.drafts == 1
+    args = ["chat", NATALIA, "--json", "--seed", "0", "--max-tokens", "64", "--preset", "rerank"]
+    result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     answer = json.loads(result.stdout)
     assert answer["text"].strip()
-    [qwen] = DEFAULT_MEMBERS
-    assert answer["members"] == [qwen.label] and qwen.sampling.drafts == 2
+    assert answer["members"] == [qwen.label]
     assert "".join(s["text"] for s in answer["segments"]) == answer["text"]
     for segment in answer["segments"]:  # two drafts, or one when both were the same text
         assert [c["member"] for c in segment["candidates"]] in ([qwen.label] * 2, [qwen.label])

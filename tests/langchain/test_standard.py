@@ -90,10 +90,8 @@ class TestSpecEMChatModelIntegration(Capabilities, ChatModelIntegrationTests):
     @pytest.fixture
     def model(self, request: pytest.FixtureRequest) -> SpecEMChatModel:
         """The suite's model, as its own fixture makes it; for the tests in ``ANSWERS``, the
-        default member drafting once a round instead (they check answers, not the recipe,
-        which tests/integration/test_default_ensemble.py checks)."""
+        default member instead."""
         params = {**self.standard_chat_model_params, **self.chat_model_params}
         if request.node.originalname in ANSWERS:
-            params = {**params, "drafts": 1}
             del params["members"]
         return SpecEMChatModel(**params, **(getattr(request, "param", None) or {}))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import get_args
 
 import pytest
 from hypothesis import given
@@ -12,7 +13,7 @@ from pydantic import ValidationError
 from specem_chain.engine.config import EngineConfig
 from specem_chain.engine.types import Sampling
 from specem_chain.members import Member
-from specem_chain.request import RequestSettings
+from specem_chain.request import PRESETS, Preset, RequestSettings
 
 
 def test_defaults():
@@ -122,3 +123,18 @@ def test_request_sampling_settings_override_every_member_s_and_keep_the_rest():
     assert [m.sampling.temperature for m in RequestSettings(temperature=0).tuned(tuned)] == [0, 0]
     with pytest.raises(ValidationError, match="repeat_penalty"):
         RequestSettings(repeat_penalty=0.9)
+
+
+def test_a_preset_sets_every_member_s_sampling_and_the_settings_named_win_over_it():
+    members = [Member(source="smollm2", sampling={"temperature": 0.3}), Member(source="qwen")]
+    assert set(PRESETS) == set(get_args(Preset))
+    rerank = PRESETS["rerank"]
+    tuned = RequestSettings(preset="rerank").tuned(members)
+    assert [m.sampling for m in tuned] == [
+        Sampling(temperature=0.3, **rerank),
+        Sampling(**rerank),
+    ]
+    [one] = RequestSettings(preset="rerank", drafts=3, temperature=0).tuned(members[1:])
+    assert one.sampling == Sampling(**{**rerank, "drafts": 3, "temperature": 0})
+    with pytest.raises(ValidationError, match="preset"):
+        RequestSettings(preset="best")

@@ -50,7 +50,7 @@ def test_the_default_generator_writes_the_default_member_with_its_sampling():
             "members": [
                 {
                     "source": "qwen2.5-coder-1.5b-instruct",
-                    "sampling": {"repeat_penalty": 1.0, "loop_penalty": 1.3, "drafts": 2},
+                    "sampling": {"repeat_penalty": 1.0},
                 }
             ],
             "generation_kwargs": {},

@@ -115,11 +115,9 @@ def main() -> None:
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for label, metric, best, system, p, seconds in rows:
-        p_value = "" if p["p_value"] is None else f"{p['p_value']:.3f}"
+        compared = " | ".join(summary.paired_cells(p))
         lines.append(
-            f"| {label} | `{system}` | {metric} | {best} | {p['n']} | {p['better']} / "
-            f"{p['worse']} | {p['difference']:+.3f} [{p['ci_low']:+.3f}, {p['ci_high']:+.3f}] "
-            f"| {p_value} | {seconds} |"
+            f"| {label} | `{system}` | {metric} | {best} | {p['n']} | {compared} | {seconds} |"
         )
     args.out.with_suffix(".md").write_text("\n".join(lines) + "\n", encoding="utf-8")
 

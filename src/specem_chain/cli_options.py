@@ -52,8 +52,8 @@ def chosen_members(specs: Sequence[str] | None) -> list[Member]:
 
 def setting_option(name: str) -> inspect.Parameter:
     """The command-line option of the request setting ``name``. A choice among names (or
-    none) is read as text, so that pydantic checks it with the other settings and a bad one gets
-    the same one-line error."""
+    none) is read as text, so that pydantic checks it with the other settings and a bad one
+    gets the same one-line error."""
     field = RequestSettings.model_fields[name]
     choices = [field.annotation, *get_args(field.annotation)]  # a choice, or one or None
     kind = str if any(get_origin(a) is Literal for a in choices) else field.annotation

@@ -224,7 +224,7 @@ def markdown(
             )
         if comparison is not None:
             paired = comparison[1].get(system)
-            cells += _paired_cells(paired) if paired else ["", "", ""]
+            cells += paired_cells(paired) if paired else ["", "", ""]
         lines.append(_row(cells))
     return "\n".join(lines) + "\n"
 
@@ -237,7 +237,8 @@ def _score_cell(score: Score) -> str:
     return f"{score['score']:.3f} [{score['ci_low']:.3f}, {score['ci_high']:.3f}]"
 
 
-def _paired_cells(paired: Paired) -> list[str]:
+def paired_cells(paired: Paired) -> list[str]:
+    """A comparison's table cells: better / worse, the difference with its interval, p."""
     difference = f"{paired['difference']:+.3f} [{paired['ci_low']:+.3f}, {paired['ci_high']:+.3f}]"
     p = "" if paired["p_value"] is None else f"{paired['p_value']:.3f}"
     return [f"{paired['better']} / {paired['worse']}", difference, p]

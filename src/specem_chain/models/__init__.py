@@ -47,10 +47,9 @@ DEFAULT_MEMBERS: tuple[Member, ...] = (
 )
 """The embedded default ensemble, chosen on the development sets (Concepts -> Policies):
 Qwen2.5-Coder 1.5B drafting once a round, without the repetition penalty. Drafting two
-candidates a round and keeping the likelier (``preset="rerank"``, the default until 6 December
-2026)
-takes about twice its time and did not earn it in a pre-registered test on 200 GSM8K
-problems and 128 instructions prompts (Benchmarks). Every ensemble of two or more built-in
+candidates a round and keeping the likelier (``preset="rerank"``, the default until 6
+December 2026) takes about twice its time and did not earn it in a pre-registered test on
+200 GSM8K problems and 128 instructions prompts (Benchmarks). Every ensemble of two or more built-in
 members did worse than its best member, so the default is one member; the 0.5B, the
 default until December 2026, is its faster, weaker sibling."""
 

@@ -364,17 +364,21 @@ def table(answers: list[Answer], members: list[str]) -> str:
 
 
 def cost_table(answers: list[Answer]) -> str:
-    """Per prompt length: each system's seconds and computed prompt tokens a round (the
-    busiest server's), and what one computed token costs there, from the two ensemble
-    routes that differ most in tokens computed (same rounds, same answers)."""
+    """Per prompt length: each system's seconds a round, and the prompt tokens the busiest
+    server computed a round beyond the prompt's first reading; and what one computed token
+    costs there, from the two ensemble routes that differ most in tokens computed (same
+    rounds, same answers)."""
     rows = [
-        "| prompt tokens | system | route | s a round | prompt tokens computed a round "
-        "| ms a computed token |",
+        "| prompt tokens | system | route | s a round | prompt tokens computed a round, "
+        "after the prompt | ms a computed token |",
         "|---|---|---|---|---|---|",
     ]
     for length in sorted({a.length for a in answers}):
         here = [a for a in answers if a.length == length]
-        per = {id(a): (a.seconds / a.rounds, max(a.computed.values()) / a.rounds) for a in here}
+        per = {
+            id(a): (a.seconds / a.rounds, (max(a.computed.values()) - a.prompt_tokens) / a.rounds)
+            for a in here
+        }
         ensembles = sorted((a for a in here if a.system == "ensemble"), key=lambda a: per[id(a)][1])
         marginal = ""
         if len(ensembles) > 1:

@@ -156,8 +156,9 @@ class Member(BaseModel):
     def vllm(cls, url: str, model: str | None = None, **settings: object) -> Member:
         """A member served by vLLM's OpenAI-compatible server: ``url`` is its address
         (``http://host:8000``, with or without ``/v1``). The server renders the conversation
-        with its own chat template and scores by prompt log-probs; ``model`` names the
-        served model when the server has several."""
+        with its own chat template, and scores candidates from its prefix cache
+        (``logprob_token_ids``) where it can; ``model`` names the served model when the
+        server has several."""
         return cls(source=url, kind="vllm", model=model, **settings)
 
     @classmethod

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import pytest
 from remote_servers import LlamaServer, tgi_server
@@ -10,6 +11,7 @@ from remote_servers import LlamaServer, tgi_server
 from specem_chain import Member, Sampling, SpecEMChatModel
 from specem_chain.backends.llamacpp import LlamaCppBackend, LlamaCppSession
 from specem_chain.backends.openai_completions import OpenAICompletionsBackend
+from specem_chain.backends.tgi import TGIBackend
 from specem_chain.engine.types import Segment
 from specem_chain.errors import MemberServerError, RequestError
 
@@ -176,6 +178,30 @@ async def test_concurrent_requests_equal_the_same_requests_alone(tiny_tgi_url):
 def provenance(message) -> tuple:
     specem = message.response_metadata["specem"]
     return message.content, specem["segments"], specem["weights"]
+
+
+@pytest.mark.parametrize(
+    ("kind", "starts"),
+    [
+        ("tgi", "TGI scores each candidate by prefilling the whole context again"),
+        ("openai", "an OpenAI-style server gives the log-probs of given tokens only by echoing"),
+    ],
+)
+async def test_a_member_whose_server_rereads_the_context_to_score_says_so_once(
+    request, kind, starts, caplog
+):
+    """Requests that start together on a new member: one line, whoever checks."""
+    if kind == "tgi":
+        backend = TGIBackend(Member.tgi(request.getfixturevalue("tiny_tgi_url"), name="m"))
+    else:
+        server: LlamaServer = request.getfixturevalue("smollm2_llama")
+        member = Member.openai_completions(server.url, tokenizer=str(server.folder), name="m")
+        backend = OpenAICompletionsBackend(member)
+    with caplog.at_level(logging.WARNING, "specem_chain"):
+        await asyncio.gather(*(backend.ready() for _ in range(3)))
+        await backend.ready()
+    [line] = [r.getMessage() for r in caplog.records]
+    assert line.startswith(f"member 'm': {starts}") and "serve the model with vLLM" in line
 
 
 async def test_a_tgi_server_without_prefill_logprobs_gets_a_clear_error(tmp_path, tiny_models):

@@ -35,7 +35,7 @@ def members(url: str, **settings: object) -> list[Member]:
 
 
 def check_both_answered(meta: dict) -> None:
-    assert meta["backends"] == {"local": "llamacpp", "vllm": "vllm (prompt_logprobs)"}
+    assert meta["backends"] == {"local": "llamacpp", "vllm": "vllm (logprob_token_ids)"}
     assert meta["dropped"] == {}
     compared = [s for s in meta["segments"] if len(s["candidates"]) == 2]
     assert compared, "no round compared the two members' drafts"
@@ -99,7 +99,7 @@ def test_specem_serve_with_two_workers_answers_over_one_port(vllm, tmp_path):
         assert [text for text, _ in together] == [alone[0][0], alone[1][0]] * 2
         for _, meta in alone:
             assert set(meta["backends"]) == {"smollm2", SERVED}
-            assert meta["backends"][SERVED] == "vllm (prompt_logprobs)"
+            assert meta["backends"][SERVED] == "vllm (logprob_token_ids)"
         workers = {
             line for line in log.read_text().splitlines() if "Started server process" in line
         }

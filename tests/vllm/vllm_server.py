@@ -127,6 +127,7 @@ def vllm_server(
         "VLLM_CACHE_ROOT": str(cache),
         "VLLM_CPU_KVCACHE_SPACE": "1",
         "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+        "VLLM_SERVER_DEV_MODE": "1",  # POST /reset_prefix_cache, for the RAG benchmark
         "OMP_NUM_THREADS": "1",
     }
     command = [

@@ -17,10 +17,14 @@ segments), which every such server accepts.
   unless the prompt starts with the model's BOS token. A check at the first request finds
   this (a counting text then scores near -12 instead of near 0) and starts every prompt
   with the BOS token of the member's tokenizer.
+- The echo covers the whole context, so scoring a candidate costs log-probs over the whole
+  context (llama-cpp-python builds each echoed token's in Python); the member says so once,
+  at its first check.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -38,6 +42,14 @@ NO_ECHO_LOGPROBS = (
     "llama-cpp-python needs --logits_all true, vLLM needs a version that accepts echo "
     "with logprobs"
 )
+
+REREADS = (
+    "member %r: an OpenAI-style server gives the log-probs of given tokens only by echoing "
+    "the whole prompt, so every candidate costs log-probs over the whole context; for long "
+    "prompts serve the model with vLLM (a vllm+ member)"
+)
+
+log = logging.getLogger(__name__)
 
 ALIGNMENT_PROBE: list[Message] = [{"role": "user", "content": "Count from 1 to 20."}]
 COUNTING = ", ".join(str(n) for n in range(1, 21))
@@ -77,6 +89,8 @@ class OpenAICompletionsBackend:
         harmless."""
         if not self._checked:
             await self._check()
+            if not self._checked:  # of requests that checked together, one says so
+                log.warning(REREADS, self.member.label)
             self._checked = True
 
     async def _check(self) -> None:

@@ -9,11 +9,15 @@ by the server's own chat template (``/chat_tokenize``) plus the accepted segment
   one new token: the prefill log-probs of the candidate's tokens give its mean log-prob.
   The candidate's tokens are those after the longest common prefix of the prefill ids and
   the context's own ids (``/tokenize``), so a token that merges across the junction counts
-  as the candidate's.
+  as the candidate's. TGI computes prefill log-probs without its prefix cache ("If users
+  wants the prefill logprobs, we cannot reuse the cache", its ``queue.rs``), so every
+  candidate costs a prefill of the whole context; the member says so once, at its first
+  check.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -30,6 +34,13 @@ NO_PREFILL_LOGPROBS = (
     "the TGI server returns no prefill log-probs, which scoring needs; start TGI v3 with "
     "--enable-prefill-logprobs (or `specem serve-tgi` without --no-prefill-logprobs)"
 )
+REREADS = (
+    "member %r: TGI scores each candidate by prefilling the whole context again (its "
+    "prefill log-probs skip the prefix cache), so every round costs this member a prefill "
+    "of the context per candidate; for long prompts serve the model with vLLM"
+)
+
+log = logging.getLogger(__name__)
 
 
 class TGIBackend:
@@ -52,6 +63,8 @@ class TGIBackend:
         Requests that start together may both check; that is harmless."""
         if not self._checked:
             await self._check()
+            if not self._checked:  # of requests that checked together, one says so
+                log.warning(REREADS, self.member.label)
             self._checked = True
 
     async def _check(self) -> None:

@@ -10,16 +10,29 @@ no files of its own, and its context is token ids, sent as token ids:
   token that merges across a segment's join is read merged.
 - Drafting is ``POST /v1/completions`` with the context's ids as the prompt, the member's
   sampling and seed, stopping at the end-of-turn token the template ends a turn with.
-- Scoring sends every candidate in one batch of token-id prompts (context + candidate, and
-  the end-of-turn token for a finished one) with ``prompt_logprobs``: the log-probs of the
-  candidate's tokens, those after their common start with the context. A server that does
-  not return ``prompt_logprobs`` is asked with ``echo`` and ``logprobs`` instead; which one
-  scored is in the answer's provenance (``backends``).
+- Scoring needs the log-probs of the candidate's tokens (context + candidate, and the
+  end-of-turn token for a finished one; the tokens after their common start with the
+  context). vLLM skips its prefix cache for any request that asks for ``prompt_logprobs``
+  (and for ``echo`` with ``logprobs``, which it turns into them), so those routes re-read
+  the whole context for every candidate. The member asks instead for each of the
+  candidate's tokens at a *generated* position: the prefix before the token is the prompt,
+  one token is generated, and ``logprob_token_ids`` returns the listed tokens' log-probs
+  there, from the raw logits (vLLM's default ``logprobs_mode``), as ``prompt_logprobs``
+  does. Every prefix of every candidate of a round goes in one request (a prefix that two
+  candidates share, once); each reads the context's cached blocks and computes only its
+  last, partial block (vLLM caches whole blocks: 16 tokens on GPUs, 128 on its CPU
+  build), and no full-vocabulary log-probs are built over the context. A server without
+  ``logprob_token_ids`` is asked one prefix a request with ``allowed_token_ids`` (the
+  sampled token is then the candidate's); one where neither gives the log-probs
+  ``prompt_logprobs`` gives falls back to ``prompt_logprobs`` (else ``echo``) and says so
+  once. :data:`ROUTES` lists them in that order; which one scored is in the answer's
+  provenance (``backends``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 from collections.abc import Sequence
 from typing import Any, Literal
@@ -40,8 +53,31 @@ from .template import (
     tools_as_text,
 )
 
-Route = Literal["prompt_logprobs", "echo"]
-"""How the server gives a prompt's log-probs."""
+Route = Literal["logprob_token_ids", "allowed_token_ids", "prompt_logprobs", "echo"]
+"""How the server gives the log-probs of a candidate's tokens."""
+
+CACHED_ROUTES: tuple[Route, ...] = ("logprob_token_ids", "allowed_token_ids")
+"""Routes that ask at generated positions, so each prefix reads the server's prefix cache."""
+
+REREADING_ROUTES: tuple[Route, ...] = ("prompt_logprobs", "echo")
+"""Routes that ask for prompt log-probs, which vLLM computes without its prefix cache."""
+
+ROUTES = CACHED_ROUTES + REREADING_ROUTES
+"""Every route, in the order the member prefers them."""
+
+MAX_LOGPROB_TOKEN_IDS = 128
+"""vLLM's limit on ``logprob_token_ids`` in one request."""
+
+ROUTE_TOLERANCE = 1e-3
+"""How far a cached route's log-probs may be from ``prompt_logprobs``' on the first check
+(measured on vLLM 0.32.0: within 2e-5)."""
+
+PROBE_TEXT = "Marmalade quartz sings; the seventh ferry counts pebbles."
+"""The text whose tokens' log-probs every route is checked on: words no model finds
+likely, so a server that ignores ``logprob_token_ids`` (and gives the top tokens instead)
+cannot pass for one that takes it."""
+
+log = logging.getLogger(__name__)
 
 NO_LOGPROBS = (
     "the server returns no log-probs of prompt tokens (neither prompt_logprobs nor echo "
@@ -72,7 +108,7 @@ class VLLMBackend:
         self.plain = False
         """The model has no chat template: the conversation is the plain transcript."""
         self.native_tools = False
-        self.route: Route = "prompt_logprobs"
+        self.route: Route = "logprob_token_ids"
         self._checked = False
         self._lock = asyncio.Lock()
 
@@ -89,7 +125,8 @@ class VLLMBackend:
 
     async def ready(self) -> None:
         """Check once that the address is a vLLM server that serves the model and returns
-        prompt log-probs, and learn its template's end of turn and tool support."""
+        the log-probs scoring needs, and learn its template's end of turn, its tool
+        support and its scoring route."""
         async with self._lock:
             if not self._checked:
                 await self._check()
@@ -108,7 +145,7 @@ class VLLMBackend:
                 "server use an openai+ member"
             ) from None
         await self._learn_template()
-        self.route = await self._prompt_logprobs_route()
+        self.route = await self._scoring_route()
 
     async def _learn_template(self) -> None:
         try:
@@ -121,17 +158,33 @@ class VLLMBackend:
         with_tool = await self.render_ids(PROBE_CONVERSATION[:1], tools=[PROBE_TOOL])
         self.native_tools = "specem_probe_tool" in await self.detokenize(with_tool)
 
-    async def _prompt_logprobs_route(self) -> Route:
-        """How the server gives prompt log-probs, found on a two-token probe."""
-        probe = await self.tokenize("Hello world")
-        for route in ("prompt_logprobs", "echo"):
+    async def _scoring_route(self) -> Route:
+        """The first route of :data:`ROUTES` that gives a probe's log-probs, a cached one
+        only where it gives those ``prompt_logprobs`` gives (within
+        :data:`ROUTE_TOLERANCE`). A route that re-reads the context is said once."""
+        probe = await self.tokenize(PROBE_TEXT)
+        found: dict[Route, list[float]] = {}
+        for route in ROUTES:
             try:
-                [logprobs] = await self.prompt_logprobs([probe], route)  # type: ignore[arg-type]
-            except (MemberServerError, KeyError, TypeError, ValueError):
+                [found[route]] = await self.token_logprobs([probe], [1], route)
+            except (MemberServerError, KeyError, TypeError, ValueError, IndexError):
                 continue
-            if len(logprobs) == len(probe) and all(v is not None for v in logprobs[1:]):
-                return route  # type: ignore[return-value]
-        raise MemberServerError(f"member {self.label!r}: {NO_LOGPROBS}")
+        truth = next((found[r] for r in REREADING_ROUTES if r in found), None)
+        for route in CACHED_ROUTES:
+            if route in found and (truth is None or _close(found[route], truth)):
+                return route
+        if truth is None:
+            raise MemberServerError(f"member {self.label!r}: {NO_LOGPROBS}")
+        route = next(r for r in REREADING_ROUTES if r in found)
+        log.warning(
+            "member %r: %s scores with %s, which re-reads the whole context for every "
+            "candidate (vLLM skips its prefix cache there); a vLLM whose completions take "
+            "logprob_token_ids (0.32.0 does), with prefix caching on, scores from the cache",
+            self.label,
+            self.member.source,
+            route,
+        )
+        return route
 
     # -- the server's endpoints --------------------------------------------------------
 
@@ -187,11 +240,77 @@ class VLLMBackend:
         response["choices"].sort(key=lambda c: c.get("index", 0))
         return response
 
-    async def prompt_logprobs(
-        self, prompts: list[list[int]], route: Route | None = None
+    async def token_logprobs(
+        self, prompts: list[list[int]], starts: list[int], route: Route | None = None
+    ) -> list[list[float]]:
+        """The log-probs of each prompt's tokens from its start on (a start of at least
+        1), every prompt in one request where the route allows."""
+        route = route or self.route
+        if route in REREADING_ROUTES:
+            every = await self._prompt_logprobs(prompts, route)
+            read = [logprobs[start:] for logprobs, start in zip(every, starts)]
+            if any(v is None for logprobs in read for v in logprobs):
+                raise MemberServerError(f"member {self.label!r}: {NO_LOGPROBS}")
+            return read  # type: ignore[return-value]
+        # a position is the ids up to and with its token; one that two candidates share
+        # (they often start alike) is asked once
+        wanted = [
+            [tuple(ids[: k + 1]) for k in range(start, len(ids))]
+            for ids, start in zip(prompts, starts)
+        ]
+        unique = list(dict.fromkeys(p for candidate in wanted for p in candidate))
+        positions = [(list(p[:-1]), p[-1]) for p in unique]
+        if route == "logprob_token_ids":
+            answers = await asyncio.gather(*(self._listed_logprobs(a) for a in _asks(positions)))
+            flat = [v for answer in answers for v in answer]
+        else:
+            flat = list(await asyncio.gather(*(self._allowed_logprob(*p) for p in positions)))
+        value = dict(zip(unique, flat))
+        return [[value[p] for p in candidate] for candidate in wanted]
+
+    async def _listed_logprobs(self, positions: list[tuple[list[int], int]]) -> list[float]:
+        """Each prefix's next-token log-prob of its token, in one request: every prefix a
+        prompt, one generated token, the tokens listed in ``logprob_token_ids``."""
+        listed = sorted({token for _, token in positions})
+        response = await self.complete(
+            [prefix for prefix, _ in positions],
+            max_tokens=1,
+            temperature=0,
+            logprobs=1,
+            logprob_token_ids=listed,
+            return_tokens_as_token_ids=True,
+        )
+        found = []
+        for choice, (_, token) in zip(response["choices"], positions):
+            given = choice["logprobs"]["top_logprobs"][0]
+            if len(given) < len(listed):
+                raise ValueError(
+                    f"{len(listed)} tokens listed in logprob_token_ids, {len(given)} given"
+                )
+            found.append(float(given[f"token_id:{token}"]))
+        return found
+
+    async def _allowed_logprob(self, prefix: list[int], token: int) -> float:
+        """The prefix's next-token log-prob of ``token``, generated as the only token
+        allowed (the log-prob of the raw logits, before the mask)."""
+        response = await self.complete(
+            prefix,
+            max_tokens=1,
+            temperature=0,
+            logprobs=0,
+            allowed_token_ids=[token],
+            return_tokens_as_token_ids=True,
+        )
+        [choice] = response["choices"]
+        logprobs = choice["logprobs"]
+        if logprobs["tokens"][0] != f"token_id:{token}":
+            raise ValueError(f"allowed_token_ids={[token]} generated {logprobs['tokens'][0]}")
+        return float(logprobs["token_logprobs"][0])
+
+    async def _prompt_logprobs(
+        self, prompts: list[list[int]], route: Route
     ) -> list[list[float | None]]:
         """Each prompt's tokens' log-probs (the first has none), in one request."""
-        route = route or self.route
         if route == "prompt_logprobs":
             response = await self.complete(prompts, max_tokens=1, temperature=0, prompt_logprobs=0)
             choices = response["choices"]
@@ -229,6 +348,26 @@ class VLLMBackend:
 def _logprob(position: dict[str, Any], token: int) -> float:
     """The log-prob of ``token`` among a position's ``prompt_logprobs``."""
     return float(position[str(token)]["logprob"])
+
+
+def _close(found: list[float], truth: list[float]) -> bool:
+    return len(found) == len(truth) and all(
+        abs(a - b) <= ROUTE_TOLERANCE for a, b in zip(found, truth)
+    )
+
+
+def _asks(positions: list[tuple[list[int], int]]) -> list[list[tuple[list[int], int]]]:
+    """The positions in order, cut into requests of at most :data:`MAX_LOGPROB_TOKEN_IDS`
+    distinct tokens each."""
+    asks: list[list[tuple[list[int], int]]] = []
+    tokens: set[int] = set()
+    for position in positions:
+        if not asks or (position[1] not in tokens and len(tokens) == MAX_LOGPROB_TOKEN_IDS):
+            asks.append([])
+            tokens = set()
+        asks[-1].append(position)
+        tokens.add(position[1])
+    return asks
 
 
 class VLLMSession:
@@ -302,13 +441,8 @@ class VLLMSession:
                 raise ValueError("cannot score an empty candidate that does not end the turn")
             prompts.append(ids)
             starts.append(max(start, 1))
-        scores = []
-        for logprobs, start in zip(await self.backend.prompt_logprobs(prompts), starts):
-            mine = logprobs[start:]
-            if any(v is None for v in mine):
-                raise MemberServerError(f"member {self.backend.label!r}: {NO_LOGPROBS}")
-            scores.append(Score(math.fsum(mine) / len(mine), len(mine)))  # type: ignore[arg-type]
-        return scores
+        found = await self.backend.token_logprobs(prompts, starts)
+        return [Score(math.fsum(mine) / len(mine), len(mine)) for mine in found]
 
     async def accept(self, segment: Segment) -> int:
         before = len(self.ids)

@@ -115,7 +115,7 @@ class MemberSession(Protocol):
     def runs_on(self) -> str:
         """Where the member runs, as the answer's provenance names it: ``llamacpp`` or
         ``transformers`` in this process, or its server's kind (``tgi``, ``openai``,
-        ``vllm (prompt_logprobs)`` with how the server scores)."""
+        ``vllm (logprob_token_ids)`` with how the server scores)."""
         ...
 
     async def draft(

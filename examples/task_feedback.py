@@ -1,6 +1,7 @@
 """Task-level feedback: the members' weights carried from one question of a task to the next,
 which let the default gate (0.8) rest a member the task has found weak (docs: Concepts ->
 Policies). It is for an ensemble of different members, here the two built-in chat models.
+The weights are kept in a feedback store, a SQLite file that any process may open too.
 
     ./run python examples/task_feedback.py
 """
@@ -17,17 +18,16 @@ PAIR = ("smollm2-135m-instruct", "qwen2.5-coder-0.5b-instruct")
 
 def answer_task(
     questions: Sequence[str],
-    weights_file: Path,
+    store: Path,
     members: Sequence[str] = PAIR,
     max_tokens: int = 256,
 ) -> list[str]:
-    """Answer the questions of one task in order; the task's weights are kept in
-    ``weights_file`` between runs."""
+    """Answer the questions of the task "maths" in order; its weights are kept in the
+    feedback store at ``store`` between runs."""
     # --8<-- [start:feedback]
-    feedback = Feedback.load(weights_file) if weights_file.exists() else Feedback(decay=0.2)
+    feedback = Feedback.open(store, task="maths")  # the file is made on first use
     llm = SpecEMChatModel(members=members, feedback=feedback, seed=0, max_tokens=max_tokens)
-    answers = [llm.invoke(question).content for question in questions]  # each updates feedback
-    feedback.save(weights_file)
+    answers = [llm.invoke(question).content for question in questions]  # each is recorded
     # --8<-- [end:feedback]
     return [str(a) for a in answers]
 
@@ -37,6 +37,6 @@ if __name__ == "__main__":
         "A pen costs 3 dollars. How much do 4 pens cost?",
         "Tom has 12 apples and gives away 5. How many are left?",
     ]
-    for text in answer_task(maths, Path("maths-weights.json")):
+    for text in answer_task(maths, Path("tasks.db")):
         print(text, "\n")
-    print(Feedback.load(Path("maths-weights.json")))
+    print(Feedback.open("tasks.db", task="maths"))

@@ -94,7 +94,8 @@ class SpecEMChatModel(BaseChatModel, RequestSettings):
         None,
         exclude=True,
         description="Task-level feedback: weights carried from one answer to the next "
-        "(a Feedback object this model updates after each answer).",
+        "(a Feedback object this model updates after each answer: Feedback() in memory, or "
+        "Feedback.open(path, task=...), a task of a feedback store that processes share).",
     )
 
     @model_validator(mode="before")

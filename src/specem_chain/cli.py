@@ -21,7 +21,15 @@ from rich.table import Table
 from rich.text import Text
 
 from . import models
-from .cli_options import chosen_members, err, fail, quiet_transformers, with_settings
+from .cli_options import (
+    chosen_members,
+    err,
+    fail,
+    feedback_store,
+    is_json,
+    quiet_transformers,
+    with_settings,
+)
 from .errors import SpecEMError
 from .evaluation import cli as evaluation_cli
 from .feedback import Feedback
@@ -71,10 +79,18 @@ def chat(
         Path | None,
         typer.Option(
             "--feedback",
-            help="Task-level feedback: start from the members' weights saved in this file "
-            "(uniform if it does not exist yet), carry this answer's over and save them "
-            "back. Give the same file to every question of one task.",
+            help="Task-level feedback: start from the task's weights kept at this path "
+            "(uniform where there are none yet) and carry this answer's over. A feedback "
+            "store (SQLite, made if it does not exist; the one specem serve --feedback "
+            "shares) or, for a path ending in .json, a JSON file saved back whole. Give the "
+            "same path to every question of one task.",
             dir_okay=False,
+        ),
+    ] = None,
+    task: Annotated[
+        str | None,
+        typer.Option(
+            help="The task this answer counts toward in the --feedback store. Default: default."
         ),
     ] = None,
     as_json: Annotated[
@@ -96,7 +112,9 @@ def chat(
         raise fail("the prompt is empty: give a question to answer")
     if report_path and not report_path.parent.is_dir():
         raise fail(f"--report: folder {str(report_path.parent)!r} does not exist")
-    feedback = task_feedback(feedback_path) if feedback_path else None
+    if task is not None and feedback_path is None:
+        raise fail("--task: give --feedback too, the feedback store the task is kept in")
+    feedback = task_feedback(feedback_path, task) if feedback_path else None
     members = chosen_members(member)
     messages = [{"role": "system", "content": system}] if system else []
     messages.append({"role": "user", "content": prompt})
@@ -106,11 +124,16 @@ def chat(
     except SpecEMError as error:
         raise fail(str(error)) from None
     if feedback_path and feedback is not None:
-        try:
-            feedback.save(feedback_path)
-        except OSError as error:
-            raise fail(f"cannot save the feedback: {error}") from None
-        err.print(f"feedback: {feedback_path} ({feedback.answers} answers)")
+        if feedback.path is None:  # a JSON file
+            try:
+                feedback.save(feedback_path)
+            except OSError as error:
+                raise fail(f"cannot save the feedback: {error}") from None
+            err.print(f"feedback: {feedback_path} ({feedback.answers} answers)")
+        else:
+            err.print(
+                f"feedback: {feedback_path}, task {feedback.task} ({feedback.answers} answers)"
+            )
     if as_json:
         out.print_json(json.dumps(answer.to_json()))
     else:
@@ -124,9 +147,17 @@ def chat(
         err.print(f"report: {report_path}")
 
 
-def task_feedback(path: Path) -> Feedback:
-    """The task's feedback saved at ``path``, or a new one if there is none yet; a file
-    that cannot hold it is an error before any member runs."""
+def task_feedback(path: Path, task: str | None) -> Feedback:
+    """The feedback of ``task`` in the feedback store at ``path``, or, for a path ending in
+    .json, the task's feedback saved in that JSON file (a new one if there is none yet); a
+    path that cannot hold it is an error before any member runs."""
+    if not is_json(path):
+        return feedback_store(path, task)
+    if task is not None:
+        raise fail(
+            "--task: a JSON feedback file holds one task; a feedback store (a --feedback "
+            "path not ending in .json) holds many"
+        )
     if not path.parent.is_dir():
         raise fail(f"--feedback: folder {str(path.parent)!r} does not exist")
     if not path.exists():

@@ -8,6 +8,7 @@ import functools
 import inspect
 import os
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar, get_args, get_origin
 
 import typer
@@ -15,6 +16,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.text import Text
 
+from .feedback import DEFAULT_TASK, Feedback, checked_task
 from .members import Member, member_list
 from .models import DEFAULT_MEMBERS
 from .request import RequestSettings
@@ -48,6 +50,26 @@ def chosen_members(specs: Sequence[str] | None) -> list[Member]:
         raise fail(describe(error)) from None
     except ValueError as error:  # member names that are not unique
         raise fail(str(error)) from None
+
+
+def is_json(path: Path) -> bool:
+    """Whether ``--feedback`` names a JSON feedback file (its name ends in .json) rather
+    than a feedback store."""
+    return path.suffix.lower() == ".json"
+
+
+def feedback_store(path: Path, task: str | None) -> Feedback:
+    """The feedback of ``task`` (None: :data:`~specem_chain.feedback.DEFAULT_TASK`) in the
+    feedback store at ``path``, made where there is none yet; one that cannot be opened
+    exits with a one-line error naming ``--feedback`` or ``--task``."""
+    try:
+        task = checked_task(DEFAULT_TASK if task is None else task)
+    except ValueError as error:
+        raise fail(f"--task: {error}") from None
+    try:
+        return Feedback.open(path, task)
+    except ValueError as error:
+        raise fail(f"--feedback: {error}") from None
 
 
 def setting_option(name: str) -> inspect.Parameter:

@@ -23,6 +23,11 @@ class UnknownArgumentError(RequestError, TypeError):
     TypeError, as an unexpected keyword argument is, and a ValueError, as bad input is)."""
 
 
+class FeedbackError(SpecEMError, ValueError):
+    """A feedback store cannot be opened or used: its folder is missing, it is not a
+    feedback store, or it stayed locked past the busy timeout."""
+
+
 class EnsembleError(SpecEMError):
     """The ensemble cannot go on with this request."""
 

@@ -396,14 +396,16 @@ class Request:
         self._deadline = None if self.timeout is None else loop.time() + self.timeout
         try:
             seats = await self._in_time(self._open())
+            names = [s.name for s in seats]
+            start = (
+                # in a thread: a feedback store may wait for another process's transaction
+                await asyncio.to_thread(self.feedback.weights, names)
+                if self.feedback is not None
+                else {name: 1.0 / len(seats) for name in names}
+            )
         except BaseException:
             await self.aclose()
             raise
-        start = (
-            self.feedback.weights([s.name for s in seats])
-            if self.feedback
-            else {s.name: 1.0 / len(seats) for s in seats}
-        )
         self.answer.start_weights = start
         self._rounds = run_rounds(seats, self.config, self.format.answer, list(start.values()))
         return self
@@ -469,7 +471,9 @@ class Request:
                 return
             self.answer.add(event)
             if event.finished and self.feedback is not None:
-                self.feedback.record(self.answer.weights, self.answer.dropped)
+                await asyncio.to_thread(
+                    self.feedback.record, self.answer.weights, self.answer.dropped
+                )
             yield self._update(event)
 
     async def updates(self) -> AsyncIterator[Update]:

@@ -100,10 +100,9 @@ def test_task_feedback_carries_the_weights_to_the_next_run(tiny_models, tmp_path
     from specem_chain import Feedback
 
     members = [str(tiny_models["llama"]), str(tiny_models["qwen2"])]
-    weights = tmp_path / "weights.json"
-    first = answer_task(["What is 2 + 3?", "Name a colour."], weights, members, max_tokens=8)
-    assert len(first) == 2 and weights.exists()
-    saved = Feedback.load(weights)
-    assert saved.answers == 2
-    answer_task(["What is 4 + 4?"], weights, members, max_tokens=8)
-    assert Feedback.load(weights).answers == 3  # the second run went on from the first
+    store = tmp_path / "tasks.db"
+    first = answer_task(["What is 2 + 3?", "Name a colour."], store, members, max_tokens=8)
+    assert len(first) == 2 and store.exists()
+    assert Feedback.open(store, task="maths").answers == 2
+    answer_task(["What is 4 + 4?"], store, members, max_tokens=8)
+    assert Feedback.open(store, task="maths").answers == 3  # the second run went on

@@ -78,6 +78,33 @@ def test_a_bad_feedback_file_is_an_error_before_any_member_runs(tmp_path, saved,
     assert path.read_text() == saved
 
 
+def test_a_feedback_store_keeps_a_tasks_weights_from_one_chat_to_the_next(pair_args, tmp_path):
+    path = tmp_path / "tasks.db"
+    args = ["--max-tokens", "20", "--feedback", str(path), "--task", "clips", "--json"]
+    first = specem("chat", "How many clips?", *pair_args, "--seed", "1", *args)
+    assert first.exit_code == 0, first.output
+    assert json.loads(first.stdout)["start_weights"] == {"llama": 0.5, "qwen2": 0.5}
+    after_first = Feedback.open(path, "clips").weights(["llama", "qwen2"])
+    assert after_first != {"llama": 0.5, "qwen2": 0.5}
+
+    second = specem("chat", "And in May?", *pair_args, "--seed", "2", *args)
+    assert second.exit_code == 0, second.output
+    assert json.loads(second.stdout)["start_weights"] == pytest.approx(after_first)
+    assert Feedback.open(path, "clips").answers == 2
+    assert Feedback.open(path).answers == 0  # the default task is another one
+    said = "".join(f"feedback: {path}, task clips (2 answers)".split())
+    assert said in "".join(second.stderr.split())
+
+
+def test_a_feedback_path_that_is_not_a_store_is_an_error_before_any_member_runs(tmp_path):
+    path = tmp_path / "notes.txt"
+    path.write_text("some notes, not a database of any kind\n")
+    result = specem("chat", "hi", "-m", "no-such-model", "--feedback", str(path))
+    assert result.exit_code == 2
+    assert "notes.txt' is not a feedback store" in " ".join(result.stderr.split())
+    assert path.read_text() == "some notes, not a database of any kind\n"
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -95,6 +122,13 @@ def test_a_bad_feedback_file_is_an_error_before_any_member_runs(tmp_path, saved,
         (["chat", "hi", "--preset", "best"], "--preset: Input should be 'rerank'"),
         (["chat", "   "], "the prompt is empty"),
         (["chat", "hi", "--feedback", "/no/such/folder/task.json"], "--feedback: folder"),
+        (["chat", "hi", "--feedback", "/no/such/folder/tasks.db"], "--feedback: folder"),
+        (["chat", "hi", "--task", "maths"], "--task: give --feedback too"),
+        (
+            ["chat", "hi", "--feedback", "/no/such/folder/task.json", "--task", "maths"],
+            "--task: a JSON feedback file holds one task",
+        ),
+        (["chat", "hi", "--feedback", "/tmp/tasks.db", "--task", " "], "--task: a task is named"),
         (["chat", "hi", "--gate", "1"], "--gate: Input should be less than 1"),
         (["chat", "hi", "-m", "smollm2", "-m", "smollm2"], "member names must be unique"),
         (["bench", "-m", "no-such-model"], "unknown member 'no-such-model'"),

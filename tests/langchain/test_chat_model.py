@@ -10,7 +10,7 @@ from langchain_core.load import dumps, loads
 from langchain_core.messages import AIMessage, ChatMessage, HumanMessage, SystemMessage
 from langchain_core.tools import tool
 
-from specem_chain import Member, SpecEMChatModel
+from specem_chain import Feedback, Member, SpecEMChatModel
 from specem_chain.backends.transformers import TransformersBackend
 from specem_chain.chat_model import turns_from_langchain
 
@@ -316,6 +316,22 @@ def test_serialization_round_trips_with_secrets_kept_out(trio, monkeypatch):
     assert [m.key() for m in loaded.members] == [None, "sk-model", "sk-member"]
     assert loaded.members[:2] == llm.members[:2]
     assert (loaded.seed, loaded.window, loaded.api_key) == (3, 6, llm.api_key)
+
+
+def test_a_feedback_store_carries_the_weights_from_one_answer_to_the_next(trio, tmp_path):
+    llm = SpecEMChatModel(
+        members=trio, max_tokens=20, seed=3, feedback=Feedback.open(tmp_path / "t.db", "clips")
+    )
+    first = llm.invoke(QUESTIONS[0]).response_metadata["specem"]
+    assert first["start_weights"] == dict.fromkeys(first["weights"], 1 / 3)
+    second = llm.invoke(QUESTIONS[1]).response_metadata["specem"]
+    expected = Feedback()  # the first answer, carried over in memory
+    expected.record(first["weights"], first["dropped"])
+    assert second["start_weights"] == pytest.approx(expected.weights(list(first["weights"])))
+    assert second["start_weights"] != first["start_weights"]
+    assert Feedback.open(tmp_path / "t.db", "clips").answers == 2  # in the file
+    assert "feedback" not in llm.model_dump() and "feedback" not in dumps(llm)
+    assert f"feedback=Feedback(path={str(tmp_path / 't.db')!r}, task='clips'" in repr(llm)
 
 
 def test_an_earlier_answers_reasoning_and_other_blocks_are_left_out(trio):

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 
 import httpx
 import uvicorn
-from specem_chain import Member, RequestSettings
+from specem_chain import Feedback, Member, RequestSettings
 
 from specem_openai_server import create_app
 
@@ -31,16 +31,22 @@ WEATHER = {
 
 @contextmanager
 def serve(
-    members: Sequence[Member | str], settings: RequestSettings | None = None
+    members: Sequence[Member | str],
+    settings: RequestSettings | None = None,
+    *,
+    feedback: Feedback | None = None,
 ) -> Iterator[str]:
     """``with serve(members, settings) as base_url: ...``: uvicorn in a thread for the
-    block."""
+    block (with task-level ``feedback``, as ``create_app`` takes it)."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     server = uvicorn.Server(
         uvicorn.Config(
-            create_app(members, settings), host="127.0.0.1", port=port, log_level="warning"
+            create_app(members, settings, feedback=feedback),
+            host="127.0.0.1",
+            port=port,
+            log_level="warning",
         )
     )
     thread = threading.Thread(target=server.run, name="specem-test-server", daemon=True)

@@ -10,7 +10,7 @@ import openai
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 from openai_server_harness import WEATHER, serve
-from specem_chain import Member, RequestSettings, SpecEMChatModel
+from specem_chain import Feedback, Member, RequestSettings, SpecEMChatModel
 from specem_chain.chat_model import turns_from_langchain
 from specem_chain.request import merge_turns
 
@@ -117,3 +117,30 @@ def test_a_text_response_format_is_the_free_answer(tiny_server):
     free = client.chat.completions.create(**ask)
     text = client.chat.completions.create(**ask, response_format={"type": "text"})
     assert text.choices[0].message.content == free.choices[0].message.content
+
+
+def test_a_request_counts_toward_the_task_its_metadata_names(tiny_models, tmp_path):
+    """The server's task by default; another task of its feedback store, started uniform
+    and kept apart, where the request's metadata names one; a bad name is a 400."""
+    members = [str(tiny_models["llama"]), str(tiny_models["qwen2"])]
+    store = tmp_path / "tasks.db"
+    feedback = Feedback.open(store, "chat")
+    with serve(members, RequestSettings(max_tokens=16), feedback=feedback) as base:
+        client = openai.OpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0)
+        ask = {"model": "specem", "messages": [{"role": "user", "content": "Hi"}], "seed": 0}
+        chat = client.chat.completions.create(**ask).model_extra["specem"]
+        maths = [
+            client.chat.completions.create(**ask, metadata={"task": "maths"}).model_extra["specem"]
+            for _ in range(2)
+        ]
+        with pytest.raises(openai.BadRequestError) as caught:
+            client.chat.completions.create(**ask, metadata={"task": " "})
+    assert (feedback.answers, Feedback.open(store, "maths").answers) == (1, 2)
+    uniform = {"llama": 0.5, "qwen2": 0.5}
+    assert chat["start_weights"] == maths[0]["start_weights"] == uniform
+    expected = Feedback()
+    expected.record(maths[0]["weights"], maths[0]["dropped"])
+    assert maths[1]["start_weights"] == pytest.approx(expected.weights(list(uniform)))
+    assert maths[1]["start_weights"] != uniform
+    assert caught.value.body["param"] == "metadata.task"
+    assert "a task is named by 1 to 200 characters" in caught.value.body["message"]

@@ -1,11 +1,13 @@
 """The app: ``/v1/chat/completions`` (plain and SSE streaming), ``/v1/models``, ``/health``.
 
 Every chat completion is one :func:`specem_chain.open_request` with its own sessions and
-weights, so concurrent requests run side by side on the server's event loop.
+weights, so concurrent requests run side by side on the server's event loop. With task-level
+feedback, each starts from its task's weights and carries its own over.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import time
@@ -16,13 +18,14 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
-from specem_chain import Member, RequestSettings, Update, open_request
+from specem_chain import Feedback, Member, RequestSettings, Update, open_request
 from specem_chain import Request as SpecEMRequest
+from specem_chain.errors import FeedbackError
 from specem_chain.members import ensemble_name, member_list
 from specem_chain.request import merge_call, warm_up
 from starlette.exceptions import HTTPException
 
-from .errors import APIError, api_error, validation_error
+from .errors import APIError, api_error, bad_request, validation_error
 from .from_openai import call_arguments, turns_from_openai
 from .schema import ChatCompletion, ChatCompletionChunk, ChatCompletionRequest, Model, ModelList
 from .to_openai import Chunks, completion
@@ -33,16 +36,38 @@ def create_app(
     settings: RequestSettings | None = None,
     *,
     load: bool = False,
+    feedback: Feedback | None = None,
 ) -> FastAPI:
     """An OpenAI-compatible app serving the ensemble of ``members`` (``Member`` objects or
     member specs) with ``settings`` as every request's defaults; a request's
     ``max_tokens``, ``temperature``, ``repeat_penalty``, ``loop_penalty`` and ``seed``
     override theirs. Run it with uvicorn. With ``load``, it loads every member as it
     starts (and does not start where one cannot load); else each loads at its first
-    request, and one that cannot makes that request a 503."""
+    request, and one that cannot makes that request a 503.
+
+    With ``feedback`` (task-level feedback, a :class:`~specem_chain.Feedback`), every
+    answer starts from the task's weights and carries its own over; with a feedback store
+    (``Feedback.open(path, task)``), a request may name another task of the store in
+    ``metadata.task``."""
     members = member_list(members)
     defaults = settings or RequestSettings()
     name = ensemble_name(members)
+    tasks: dict[str, Feedback] = {}
+
+    async def task_feedback(body: ChatCompletionRequest) -> Feedback | None:
+        """The feedback a request counts toward: the server's task, or the task of the
+        server's feedback store that its ``metadata.task`` names."""
+        task = (body.metadata or {}).get("task")
+        if feedback is None or feedback.path is None or task is None or task == feedback.task:
+            return feedback
+        if task not in tasks:
+            try:
+                tasks[task] = await asyncio.to_thread(Feedback.open, feedback.path, task)
+            except FeedbackError:
+                raise
+            except ValueError as error:
+                raise bad_request(f"metadata.task: {error}", "metadata.task") from None
+        return tasks[task]
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -82,7 +107,10 @@ def create_app(
     async def chat_completions(body: ChatCompletionRequest) -> ChatCompletion | StreamingResponse:
         try:  # bad input fails here, before any member runs
             settings, options = merge_call(defaults, call_arguments(body))
-            request = open_request(members, turns_from_openai(body.messages), settings, options)
+            turns = turns_from_openai(body.messages)
+            request = open_request(
+                members, turns, settings, options, feedback=await task_feedback(body)
+            )
         except Exception as error:
             raise api_error(error) from error
         if body.stream:
@@ -95,12 +123,17 @@ def create_app(
 
 SERVED = "SPECEM_SERVE"
 """The environment variable through which ``specem serve --workers N`` gives each worker
-its members and settings (:func:`served`)."""
+its members, settings and feedback store (:func:`served`)."""
 
 
-def serving(members: Sequence[Member], settings: RequestSettings) -> str:
+def serving(
+    members: Sequence[Member], settings: RequestSettings, feedback: Feedback | None = None
+) -> str:
     """What :data:`SERVED` holds: the members (their API keys included: it goes only to the
-    server's own worker processes) and the settings, as JSON."""
+    server's own worker processes), the settings and the feedback store's path and task,
+    as JSON."""
+    if feedback is not None and feedback.path is None:
+        raise ValueError("the workers of a server share task feedback in a feedback store")
     return json.dumps(
         {
             "members": [
@@ -109,17 +142,21 @@ def serving(members: Sequence[Member], settings: RequestSettings) -> str:
                 for m in members
             ],
             "settings": settings.model_dump(mode="json"),
+            "feedback": ({"path": str(feedback.path), "task": feedback.task} if feedback else None),
         }
     )
 
 
 def served() -> FastAPI:
-    """The app of one of ``specem serve --workers N``'s workers (a uvicorn factory)."""
+    """The app of one of ``specem serve --workers N``'s workers (a uvicorn factory): every
+    worker opens the one feedback store."""
     data = json.loads(os.environ[SERVED])
+    store = data.get("feedback")
     return create_app(
         [Member.model_validate(m) for m in data["members"]],
         RequestSettings.model_validate(data["settings"]),
         load=True,
+        feedback=Feedback.open(store["path"], store["task"]) if store else None,
     )
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -14,6 +15,8 @@ from specem_chain.cli_options import (
     chosen_members,
     err,
     fail,
+    feedback_store,
+    is_json,
     quiet_transformers,
     with_settings,
 )
@@ -50,6 +53,23 @@ def serve(
             "requests at once where the members' compute allows.",
         ),
     ] = 1,
+    feedback_path: Annotated[
+        Path | None,
+        typer.Option(
+            "--feedback",
+            help="Task-level feedback: every answer starts from its task's weights kept in "
+            "this feedback store (SQLite, made if it does not exist) and carries its own "
+            "over. Every worker shares it, and it survives restarts.",
+            dir_okay=False,
+        ),
+    ] = None,
+    task: Annotated[
+        str | None,
+        typer.Option(
+            help="The task answers count toward in the --feedback store, unless a request "
+            "names its own in metadata.task. Default: default."
+        ),
+    ] = None,
     *,
     settings: RequestSettings,
 ) -> None:
@@ -57,6 +77,15 @@ def serve(
     are every request's defaults; a request's max_tokens, temperature, seed,
     repeat_penalty and loop_penalty override them."""
     quiet_transformers()
+    if task is not None and feedback_path is None:
+        raise fail("--task: give --feedback too, the feedback store the task is kept in")
+    if feedback_path is not None and is_json(feedback_path):
+        raise fail(
+            f"--feedback: {str(feedback_path)!r} names a JSON feedback file, which one "
+            "process saves whole; the workers of specem serve share a feedback store: give "
+            "a path that does not end in .json, such as tasks.db"
+        )
+    feedback = feedback_store(feedback_path, task) if feedback_path else None
     members = chosen_members(member)
     try:
         if batching:
@@ -76,10 +105,14 @@ def serve(
     from .app import SERVED, create_app, serving
 
     err.print(f"serving {ensemble_name(members)} at http://{host}:{port}/v1")
+    if feedback is not None:
+        err.print(f"feedback: {feedback_path}, task {feedback.task} ({feedback.answers} answers)")
     if workers == 1:
-        uvicorn.run(create_app(members, settings), host=host, port=port)
+        uvicorn.run(create_app(members, settings, feedback=feedback), host=host, port=port)
         return
-    os.environ[SERVED] = serving(members, settings)
+    os.environ[SERVED] = serving(members, settings, feedback)
+    if feedback is not None:
+        feedback.close()  # each worker opens the store itself
     uvicorn.run(
         "specem_openai_server.app:served", factory=True, host=host, port=port, workers=workers
     )

@@ -1,12 +1,18 @@
-"""Errors as OpenAI-shaped answers: the caller's fault (400), the members' (503) or ours
-(500)."""
+"""Errors as OpenAI-shaped answers: the caller's fault (400), the members' or the feedback
+store's (503) or ours (500)."""
 
 from __future__ import annotations
 
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
-from specem_chain.errors import AnswerFormatError, PromptTooLongError, RequestError, SpecEMError
+from specem_chain.errors import (
+    AnswerFormatError,
+    FeedbackError,
+    PromptTooLongError,
+    RequestError,
+    SpecEMError,
+)
 
 from .schema import ErrorBody, ErrorResponse
 
@@ -44,6 +50,8 @@ def api_error(error: Exception) -> APIError:
         return APIError(400, str(error), "invalid_request_error", "context_length_exceeded")
     if isinstance(error, RequestError):
         return bad_request(str(error))
+    if isinstance(error, FeedbackError):  # the feedback store stayed locked, or is gone
+        return APIError(503, str(error), "service_unavailable", "feedback_store")
     if isinstance(error, AnswerFormatError):
         return APIError(500, str(error), "server_error", "answer_format")
     if isinstance(error, SpecEMError):  # a member cannot be loaded or reached

@@ -79,6 +79,11 @@ class ChatCompletionRequest(BaseModel):
     tool_choice: str | dict[str, Any] | None = None
     response_format: dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
+    metadata: dict[str, str] | None = Field(
+        None,
+        description="OpenAI's key-value tags; on a server with task-level feedback "
+        "(specem serve --feedback), metadata.task names the task the answer counts toward.",
+    )
 
 
 class Usage(BaseModel):

@@ -382,28 +382,6 @@ def models_pull(
         raise fail(str(error)) from None
 
 
-@app.command("serve-tgi")
-def serve_tgi(
-    member: Annotated[str, typer.Argument(help="A local member: built-in name, folder, .gguf.")],
-    host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8080,
-    prefill_logprobs: Annotated[
-        bool,
-        typer.Option(help="Return prefill log-probs (off: like TGI v3 without the flag)."),
-    ] = True,
-) -> None:
-    """Serve MEMBER over TGI's HTTP protocol, for use as a tgi+http:// member elsewhere."""
-    quiet_transformers()
-    try:
-        from .servers.tgi import serve
-    except ImportError:
-        raise fail("serve-tgi needs the serve extra: pip install 'specem-chain[serve]'") from None
-    try:
-        serve(Member(source=member), host, port, prefill_logprobs=prefill_logprobs)
-    except (SpecEMError, ValidationError) as error:
-        raise fail(str(error)) from None
-
-
 def add_plugins() -> None:
     """Add the commands that installed packages declare in :data:`PLUGINS`; one that is
     missing (``serve``) says what to install, whatever it is given."""

@@ -149,7 +149,7 @@ class Member(BaseModel):
 
     @classmethod
     def tgi(cls, url: str, **settings: object) -> Member:
-        """A member served by Text Generation Inference (or ``specem serve-tgi``)."""
+        """A member served by Text Generation Inference."""
         return cls(source=url, kind="tgi", **settings)
 
     @classmethod

@@ -1,6 +1,7 @@
 """Real servers on 127.0.0.1 for the remote-member tests, started and stopped here.
 
-- ``specem serve-tgi`` (TGI's protocol over a transformers model) serving SmolLM2-135M,
+- the TGI test server (``tgi_test_server.py``: TGI's protocol over a transformers model)
+  serving SmolLM2-135M,
   for the tests that compare it with the same model in process, and serving a tiny random
   model, for those where only the protocol's plumbing matters (a float32 SmolLM2 on
   transformers takes about 0.1 s a token on two cores; the tiny model a millisecond);

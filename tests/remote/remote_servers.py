@@ -14,7 +14,7 @@ from servers import wait_until_healthy
 
 from specem_chain import models
 
-SPECEM = Path(sys.executable).parent / "specem"
+TGI_TEST_SERVER = Path(__file__).with_name("tgi_test_server.py")
 STARTUP_S = 240
 
 
@@ -45,10 +45,11 @@ def running(command: list[str], health_url: str, log: Path) -> Iterator[subproce
 def tgi_server(
     tmp: Path, *flags: str, model: str | Path = "smollm2"
 ) -> Iterator[tuple[str, subprocess.Popen]]:
-    """``specem serve-tgi`` on ``model`` (a built-in name or a model folder)."""
+    """The TGI test server (``tgi_test_server.py``) on ``model`` (a built-in name or a model
+    folder)."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    command = [str(SPECEM), "serve-tgi", str(model), "--port", str(port), *flags]
+    command = [sys.executable, str(TGI_TEST_SERVER), str(model), "--port", str(port), *flags]
     with running(command, f"{url}/health", tmp / f"tgi-{port}.log") as process:
         yield url, process
 

@@ -1,4 +1,4 @@
-"""Ensembles of members on real servers: llama-cpp-python's server and `specem serve-tgi`."""
+"""Ensembles of members on real servers: llama-cpp-python's server and the TGI test server."""
 
 from __future__ import annotations
 

@@ -92,7 +92,7 @@ def _returning(value: Any):
 
 @pytest.mark.models
 async def test_requests_and_responses_follow_the_openapi_schema(tgi_url, monkeypatch) -> None:
-    """Every request the backend sends, and every answer of `specem serve-tgi`, validates."""
+    """Every request the backend sends, and every answer of the TGI test server, validates."""
     exchanges: list[tuple[httpx.Request, httpx.Response]] = []
     send = httpx.AsyncClient.send
 

@@ -37,7 +37,6 @@ LAYERS = {
     "cli_options": 6,
     "evaluation": 6,
     "benchmark": 6,
-    "servers": 6,
     "__init__": 7,
 }
 """Each top-level module or folder of the package and its layer, lowest first (see the

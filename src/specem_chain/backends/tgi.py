@@ -1,4 +1,4 @@
-"""Members served by Text Generation Inference (TGI) or ``specem serve-tgi``.
+"""Members served by Text Generation Inference (TGI).
 
 TGI takes text, so a session keeps the member's context as text: the conversation rendered
 by the server's own chat template (``/chat_tokenize``) plus the accepted segments.
@@ -32,7 +32,7 @@ from .template import PROBE_CONVERSATION, end_of_turn_text, fold_system, tools_a
 FINISHED = ("eos_token", "stop_sequence")
 NO_PREFILL_LOGPROBS = (
     "the TGI server returns no prefill log-probs, which scoring needs; start TGI v3 with "
-    "--enable-prefill-logprobs (or `specem serve-tgi` without --no-prefill-logprobs)"
+    "--enable-prefill-logprobs"
 )
 REREADS = (
     "member %r: TGI scores each candidate by prefilling the whole context again (its "

@@ -1,7 +1,10 @@
-"""A small server that speaks TGI's protocol, backed by an in-process transformers model.
+"""The TGI test server: a small server that speaks TGI's protocol, backed by an in-process
+transformers model, for the tests of TGI members (TGI itself cannot run on the test
+machines). A test double, not a feature: users run TGI, or vLLM or llama.cpp's server.
 
-``specem serve-tgi MEMBER`` serves one member over HTTP, so a machine without TGI can still
-host a remote member. It implements what SpecEM needs of TGI's OpenAPI schema: ``GET
+    python tests/remote/tgi_test_server.py MEMBER [--host H] [--port P] [--no-prefill-logprobs]
+
+It implements what SpecEM needs of TGI's OpenAPI schema (``tgi_protocol/``): ``GET
 /health``, ``GET /info``, ``POST /tokenize``, ``POST /chat_tokenize`` and ``POST /generate``
 (sampling with a seed, the repetition penalty, stop sequences, ``details`` and
 ``decoder_input_details``). Requests run one at a time. ``prefill_logprobs=False`` answers
@@ -11,6 +14,7 @@ prefill log-probs with null, as TGI v3 does when started without
 
 from __future__ import annotations
 
+import argparse
 import random
 import threading
 from collections.abc import Sequence
@@ -25,9 +29,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from transformers import DynamicCache
 from transformers.generation import RepetitionPenaltyLogitsProcessor
 
-from ..backends.transformers import TransformersBackend
-from ..members import Member
-from ..models import resolve
+from specem_chain.backends.transformers import TransformersBackend
+from specem_chain.members import Member
+from specem_chain.models import resolve
 
 
 class Parameters(BaseModel):
@@ -130,7 +134,7 @@ class Generator:
             "max_total_tokens": context,
             "validation_workers": 1,
             "max_client_batch_size": 1,
-            "router": "specem-serve-tgi",
+            "router": "specem-tgi-test-server",
             "version": version("specem-chain"),
         }
 
@@ -250,7 +254,7 @@ def create_app(member: Member, *, prefill_logprobs: bool = True) -> FastAPI:
     from its GGUF, which transformers reads in 20-40 s."""
     local = TransformersBackend.load(resolve(member.model_copy(update={"backend": "transformers"})))
     generator = Generator(local, prefill_logprobs=prefill_logprobs)
-    app = FastAPI(title="specem serve-tgi", version=version("specem-chain"))
+    app = FastAPI(title="specem TGI test server", version=version("specem-chain"))
 
     @app.exception_handler(ServerError)
     async def _server_error(_: Request, error: ServerError) -> JSONResponse:
@@ -285,9 +289,24 @@ def create_app(member: Member, *, prefill_logprobs: bool = True) -> FastAPI:
     return app
 
 
-def serve(member: Member, host: str, port: int, *, prefill_logprobs: bool = True) -> None:
-    """Serve ``member`` until interrupted."""
+def main() -> None:
+    """Serve a member until interrupted."""
     import uvicorn
 
-    app = create_app(member, prefill_logprobs=prefill_logprobs)
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("member", help="a local member: built-in name, folder, .gguf")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8080)
+    parser.add_argument(
+        "--no-prefill-logprobs",
+        dest="prefill_logprobs",
+        action="store_false",
+        help="answer prefill log-probs with null, as TGI v3 without --enable-prefill-logprobs",
+    )
+    args = parser.parse_args()
+    app = create_app(Member(source=args.member), prefill_logprobs=args.prefill_logprobs)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+
+
+if __name__ == "__main__":
+    main()

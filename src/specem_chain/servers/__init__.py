@@ -1,1 +1,0 @@
-"""Servers that host a member over HTTP (needs the serve extra)."""

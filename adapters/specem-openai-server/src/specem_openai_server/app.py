@@ -1,8 +1,10 @@
-"""The app: ``/v1/chat/completions`` (plain and SSE streaming), ``/v1/models``, ``/health``.
+"""The app: ``/v1/chat/completions`` (plain and SSE streaming), ``/v1/models``, ``/health``
+(liveness) and ``/ready`` (readiness: each member, and whether the server takes requests).
 
 Every chat completion is one :func:`specem_chain.open_request` with its own sessions and
 weights, so concurrent requests run side by side on the server's event loop. With task-level
-feedback, each starts from its task's weights and carries its own over.
+feedback, each starts from its task's weights and carries its own over. A SIGTERM drains the
+server (:mod:`.drain`).
 """
 
 from __future__ import annotations
@@ -25,8 +27,10 @@ from specem_chain.members import ensemble_name, member_list
 from specem_chain.request import merge_call, warm_up
 from starlette.exceptions import HTTPException
 
+from .drain import DRAIN_S, Drain, Draining
 from .errors import APIError, api_error, bad_request, validation_error
 from .from_openai import call_arguments, turns_from_openai
+from .readiness import readiness
 from .schema import ChatCompletion, ChatCompletionChunk, ChatCompletionRequest, Model, ModelList
 from .to_openai import Chunks, completion
 
@@ -37,6 +41,7 @@ def create_app(
     *,
     load: bool = False,
     feedback: Feedback | None = None,
+    drain_s: float = DRAIN_S,
 ) -> FastAPI:
     """An OpenAI-compatible app serving the ensemble of ``members`` (``Member`` objects or
     member specs) with ``settings`` as every request's defaults; a request's
@@ -48,8 +53,12 @@ def create_app(
     With ``feedback`` (task-level feedback, a :class:`~specem_chain.Feedback`), every
     answer starts from the task's weights and carries its own over; with a feedback store
     (``Feedback.open(path, task)``), a request may name another task of the store in
-    ``metadata.task``."""
+    ``metadata.task``.
+
+    Run by uvicorn in its main thread, a SIGTERM drains it for at most ``drain_s`` seconds
+    (:mod:`.drain`) before uvicorn stops it."""
     members = member_list(members)
+    drain = Drain(drain_s)
     defaults = settings or RequestSettings()
     name = ensemble_name(members)
     tasks: dict[str, Feedback] = {}
@@ -73,6 +82,7 @@ def create_app(
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         if load:  # in this process: each worker of a server holds its own
             await warm_up(members)
+        drain.install()
         yield
 
     app = FastAPI(
@@ -80,6 +90,7 @@ def create_app(
         description="SpecEM behind the OpenAI chat API.",
         lifespan=lifespan,
     )
+    app.add_middleware(Draining, drain=drain)
     started = int(time.time())
 
     @app.exception_handler(RequestValidationError)
@@ -99,6 +110,11 @@ def create_app(
     async def health() -> dict[str, Any]:
         return {"status": "ok", "model": name, "members": [m.label for m in members]}
 
+    @app.get("/ready")
+    async def ready() -> JSONResponse:
+        status, body = await readiness(members, defaults.min_members, drain.draining)
+        return JSONResponse({"model": name} | body, status_code=status)
+
     @app.get("/v1/models")
     async def models() -> ModelList:
         return ModelList(data=[Model(id=name, created=started)])
@@ -115,8 +131,8 @@ def create_app(
             raise api_error(error) from error
         if body.stream:
             include_usage = bool(body.stream_options and body.stream_options.include_usage)
-            return await stream(request, name, include_usage)
-        return await complete(request, name)
+            return await stream(request, name, include_usage, drain)
+        return await complete(request, name, drain)
 
     return app
 
@@ -127,11 +143,14 @@ its members, settings and feedback store (:func:`served`)."""
 
 
 def serving(
-    members: Sequence[Member], settings: RequestSettings, feedback: Feedback | None = None
+    members: Sequence[Member],
+    settings: RequestSettings,
+    feedback: Feedback | None = None,
+    drain_s: float = DRAIN_S,
 ) -> str:
     """What :data:`SERVED` holds: the members (their API keys included: it goes only to the
-    server's own worker processes), the settings and the feedback store's path and task,
-    as JSON."""
+    server's own worker processes), the settings, the feedback store's path and task and
+    the drain's seconds, as JSON."""
     if feedback is not None and feedback.path is None:
         raise ValueError("the workers of a server share task feedback in a feedback store")
     return json.dumps(
@@ -143,6 +162,7 @@ def serving(
             ],
             "settings": settings.model_dump(mode="json"),
             "feedback": ({"path": str(feedback.path), "task": feedback.task} if feedback else None),
+            "drain_s": drain_s,
         }
     )
 
@@ -157,29 +177,36 @@ def served() -> FastAPI:
         RequestSettings.model_validate(data["settings"]),
         load=True,
         feedback=Feedback.open(store["path"], store["task"]) if store else None,
+        drain_s=data.get("drain_s", DRAIN_S),
     )
 
 
-async def complete(request: SpecEMRequest, name: str) -> ChatCompletion:
-    try:
+async def complete(request: SpecEMRequest, name: str, drain: Drain) -> ChatCompletion:
+    async def answer() -> str:
         async with request as run:
-            text = "".join([update.text async for update in run])
+            return "".join([update.text async for update in run])
+
+    try:
+        text = await drain.before_cut(answer())
     except Exception as error:
         raise api_error(error) from error
     return completion(name, request.answer, text)
 
 
-async def stream(request: SpecEMRequest, name: str, include_usage: bool) -> StreamingResponse:
+async def stream(
+    request: SpecEMRequest, name: str, include_usage: bool, drain: Drain
+) -> StreamingResponse:
     """Server-sent events, one per round. The first round is awaited before the response
-    starts, so errors that come before any text get their HTTP status."""
+    starts, so errors that come before any text get their HTTP status; an error after it
+    (a drain's deadline among them) is the stream's last event."""
     rounds = request.updates()
     try:
-        first = await anext(rounds)
+        first = await drain.before_cut(anext(rounds))
     except Exception as error:
         await rounds.aclose()
         raise api_error(error) from error
     return StreamingResponse(
-        events(Chunks(name), request, first, rounds, include_usage),
+        events(Chunks(name), request, first, rounds, include_usage, drain),
         media_type="text/event-stream",
     )
 
@@ -190,11 +217,16 @@ async def events(
     first: Update,
     rest: AsyncGenerator[Update, None],
     include_usage: bool,
+    drain: Drain,
 ) -> AsyncIterator[str]:
     answer = request.answer
     try:
         yield sse(chunks.round(first, answer, first=True))
-        async for update in rest:
+        while True:
+            try:
+                update = await drain.before_cut(anext(rest))
+            except StopAsyncIteration:
+                break
             yield sse(chunks.round(update, answer))
     except Exception as error:  # the status line is sent: report the error in the stream
         yield "data: " + api_error(error).body.model_dump_json() + "\n\n"

@@ -24,6 +24,8 @@ from specem_chain.errors import SpecEMError
 from specem_chain.members import ensemble_name
 from specem_chain.request import warm_up
 
+from .drain import CUT_S, DRAIN_S
+
 
 @with_settings()
 def serve(
@@ -70,12 +72,24 @@ def serve(
             "names its own in metadata.task. Default: default."
         ),
     ] = None,
+    drain_seconds: Annotated[
+        float,
+        typer.Option(
+            min=0,
+            help="On SIGTERM, drain for at most this long before exiting: /ready answers 503 "
+            "and new requests get 503 with Retry-After, while the answers in flight (streamed "
+            "ones too) finish; any still running at the end is cut with an error its client "
+            "reads. Keep it under Kubernetes' terminationGracePeriodSeconds (30 by default).",
+        ),
+    ] = DRAIN_S,
     *,
     settings: RequestSettings,
 ) -> None:
     """Serve the ensemble over the OpenAI chat API: POST /v1/chat/completions. The settings
     are every request's defaults; a request's max_tokens, temperature, seed,
-    repeat_penalty and loop_penalty override them."""
+    repeat_penalty and loop_penalty override them. GET /health is the liveness probe,
+    GET /ready the readiness probe (every member, and 503 while fewer than min_members can
+    serve or the server drains)."""
     quiet_transformers()
     if task is not None and feedback_path is None:
         raise fail("--task: give --feedback too, the feedback store the task is kept in")
@@ -104,18 +118,20 @@ def serve(
 
     from .app import SERVED, create_app, serving
 
+    # the drain ends the server itself; uvicorn's own wait after it is only a backstop
+    stop = {"host": host, "port": port, "timeout_graceful_shutdown": int(CUT_S) + 2}
+
     err.print(f"serving {ensemble_name(members)} at http://{host}:{port}/v1")
     if feedback is not None:
         err.print(f"feedback: {feedback_path}, task {feedback.task} ({feedback.answers} answers)")
     if workers == 1:
-        uvicorn.run(create_app(members, settings, feedback=feedback), host=host, port=port)
+        app = create_app(members, settings, feedback=feedback, drain_s=drain_seconds)
+        uvicorn.run(app, **stop)
         return
-    os.environ[SERVED] = serving(members, settings, feedback)
+    os.environ[SERVED] = serving(members, settings, feedback, drain_seconds)
     if feedback is not None:
         feedback.close()  # each worker opens the store itself
-    uvicorn.run(
-        "specem_openai_server.app:served", factory=True, host=host, port=port, workers=workers
-    )
+    uvicorn.run("specem_openai_server.app:served", factory=True, workers=workers, **stop)
 
 
 async def checked(members: Sequence[Member]) -> None:

@@ -27,15 +27,17 @@ class APIError(Exception):
         kind: str,
         code: str | None = None,
         param: str | None = None,
+        headers: dict[str, str] | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
+        self.headers = headers
         self.body = ErrorResponse(
             error=ErrorBody(message=message, type=kind, param=param, code=code)
         )
 
     def response(self) -> JSONResponse:
-        return JSONResponse(self.body.model_dump(), status_code=self.status)
+        return JSONResponse(self.body.model_dump(), status_code=self.status, headers=self.headers)
 
 
 def bad_request(message: str, param: str | None = None) -> APIError:

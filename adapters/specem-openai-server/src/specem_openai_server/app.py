@@ -1,5 +1,6 @@
 """The app: ``/v1/chat/completions`` (plain and SSE streaming), ``/v1/models``, ``/health``
-(liveness) and ``/ready`` (readiness: each member, and whether the server takes requests).
+(liveness), ``/ready`` (readiness: each member, and whether the server takes requests) and
+``/metrics`` (Prometheus, :mod:`.metrics`).
 
 Every chat completion is one :func:`specem_chain.open_request` with its own sessions and
 weights, so concurrent requests run side by side on the server's event loop. With task-level
@@ -19,7 +20,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from specem_chain import Feedback, Member, RequestSettings, Update, open_request
 from specem_chain import Request as SpecEMRequest
 from specem_chain.errors import FeedbackError
@@ -27,6 +28,7 @@ from specem_chain.members import ensemble_name, member_list
 from specem_chain.request import merge_call, warm_up
 from starlette.exceptions import HTTPException
 
+from . import metrics
 from .drain import DRAIN_S, Drain, Draining
 from .errors import APIError, api_error, bad_request, validation_error
 from .from_openai import call_arguments, turns_from_openai
@@ -83,18 +85,23 @@ def create_app(
         if load:  # in this process: each worker of a server holds its own
             await warm_up(members)
         drain.install()
-        yield
+        try:
+            yield
+        finally:
+            metrics.worker_exit()
 
     app = FastAPI(
         title="specem-chain",
         description="SpecEM behind the OpenAI chat API.",
         lifespan=lifespan,
     )
-    app.add_middleware(Draining, drain=drain)
+    app.add_middleware(Draining, drain=drain, refused=refused)
     started = int(time.time())
 
     @app.exception_handler(RequestValidationError)
-    async def _invalid(_: Request, error: RequestValidationError) -> JSONResponse:
+    async def _invalid(request: Request, error: RequestValidationError) -> JSONResponse:
+        if request.url.path == CHAT:
+            metrics.finished("invalid")
         return validation_error(error).response()
 
     @app.exception_handler(HTTPException)
@@ -115,12 +122,18 @@ def create_app(
         status, body = await readiness(members, defaults.min_members, drain.draining)
         return JSONResponse({"model": name} | body, status_code=status)
 
+    @app.get("/metrics")
+    async def metrics_() -> Response:
+        body, kind = await asyncio.to_thread(metrics.exposition)
+        return Response(body, media_type=kind)
+
     @app.get("/v1/models")
     async def models() -> ModelList:
         return ModelList(data=[Model(id=name, created=started)])
 
-    @app.post("/v1/chat/completions", response_model=None)
+    @app.post(CHAT, response_model=None)
     async def chat_completions(body: ChatCompletionRequest) -> ChatCompletion | StreamingResponse:
+        started = time.perf_counter()
         try:  # bad input fails here, before any member runs
             settings, options = merge_call(defaults, call_arguments(body))
             turns = turns_from_openai(body.messages)
@@ -128,13 +141,44 @@ def create_app(
                 members, turns, settings, options, feedback=await task_feedback(body)
             )
         except Exception as error:
-            raise api_error(error) from error
+            failure = api_error(error)
+            await counted(failure, None, started)
+            raise failure from error
         if body.stream:
             include_usage = bool(body.stream_options and body.stream_options.include_usage)
-            return await stream(request, name, include_usage, drain)
-        return await complete(request, name, drain)
+            return await stream(request, name, include_usage, drain, started)
+        return await complete(request, name, drain, started)
 
     return app
+
+
+CHAT = "/v1/chat/completions"
+
+
+def refused(path: str) -> None:
+    """Count a chat completion the drain refused."""
+    if path == CHAT:
+        metrics.finished("draining")
+
+
+async def counted(
+    outcome: str | APIError,
+    request: SpecEMRequest | None,
+    started: float,
+    first_s: float | None = None,
+) -> None:
+    """Count a chat completion in the metrics (off the event loop: the task's weights are
+    read from the feedback store)."""
+    if isinstance(outcome, APIError):
+        outcome = metrics.outcome_of(outcome.status, outcome.body.error.code)
+    await asyncio.to_thread(
+        metrics.finished,
+        outcome,
+        time.perf_counter() - started,
+        request.answer if request else None,
+        first_s,
+        request.feedback if request else None,
+    )
 
 
 SERVED = "SPECEM_SERVE"
@@ -181,20 +225,32 @@ def served() -> FastAPI:
     )
 
 
-async def complete(request: SpecEMRequest, name: str, drain: Drain) -> ChatCompletion:
+async def complete(
+    request: SpecEMRequest, name: str, drain: Drain, started: float
+) -> ChatCompletion:
+    first: list[float] = []
+
     async def answer() -> str:
+        texts = []
         async with request as run:
-            return "".join([update.text async for update in run])
+            async for update in run:
+                if not first:
+                    first.append(time.perf_counter() - started)
+                texts.append(update.text)
+        return "".join(texts)
 
     try:
         text = await drain.before_cut(answer())
     except Exception as error:
-        raise api_error(error) from error
+        failure = api_error(error)
+        await counted(failure, request, started, first[0] if first else None)
+        raise failure from error
+    await counted("ok", request, started, first[0] if first else None)
     return completion(name, request.answer, text)
 
 
 async def stream(
-    request: SpecEMRequest, name: str, include_usage: bool, drain: Drain
+    request: SpecEMRequest, name: str, include_usage: bool, drain: Drain, started: float
 ) -> StreamingResponse:
     """Server-sent events, one per round. The first round is awaited before the response
     starts, so errors that come before any text get their HTTP status; an error after it
@@ -204,9 +260,12 @@ async def stream(
         first = await drain.before_cut(anext(rounds))
     except Exception as error:
         await rounds.aclose()
-        raise api_error(error) from error
+        failure = api_error(error)
+        await counted(failure, request, started)
+        raise failure from error
+    first_s = time.perf_counter() - started
     return StreamingResponse(
-        events(Chunks(name), request, first, rounds, include_usage, drain),
+        events(Chunks(name), request, first, rounds, include_usage, drain, (started, first_s)),
         media_type="text/event-stream",
     )
 
@@ -218,8 +277,12 @@ async def events(
     rest: AsyncGenerator[Update, None],
     include_usage: bool,
     drain: Drain,
+    times: tuple[float, float],
 ) -> AsyncIterator[str]:
-    answer = request.answer
+    """The stream's events; ``times``: when the request started, and its first segment's
+    seconds (for the metrics, counted before the last event)."""
+    answer, (started, first_s) = request.answer, times
+    done = False
     try:
         yield sse(chunks.round(first, answer, first=True))
         while True:
@@ -228,15 +291,24 @@ async def events(
             except StopAsyncIteration:
                 break
             yield sse(chunks.round(update, answer))
+        await rest.aclose()
+        done = True
+        await counted("ok", request, started, first_s)
+        yield sse(chunks.finish(answer))
+        if include_usage:
+            yield sse(chunks.usage(answer))
+        yield "data: [DONE]\n\n"
     except Exception as error:  # the status line is sent: report the error in the stream
-        yield "data: " + api_error(error).body.model_dump_json() + "\n\n"
-        return
+        failure = api_error(error)
+        if not done:
+            done = True
+            await counted(failure, request, started, first_s)
+        yield "data: " + failure.body.model_dump_json() + "\n\n"
     finally:
         await rest.aclose()
-    yield sse(chunks.finish(answer))
-    if include_usage:
-        yield sse(chunks.usage(answer))
-    yield "data: [DONE]\n\n"
+        if not done:  # the client went away (no awaiting here: the stream is cancelled)
+            seconds = time.perf_counter() - started
+            metrics.finished("disconnected", seconds, answer, first_s)
 
 
 def sse(chunk: ChatCompletionChunk) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated
@@ -25,6 +26,10 @@ from specem_chain.members import ensemble_name
 from specem_chain.request import warm_up
 
 from .drain import CUT_S, DRAIN_S
+
+MULTIPROC_DIR = "PROMETHEUS_MULTIPROC_DIR"
+"""Where prometheus-client's multiprocess mode keeps each worker's values (set here before
+the workers start; the metrics module is imported by them, not here)."""
 
 
 @with_settings()
@@ -89,7 +94,7 @@ def serve(
     are every request's defaults; a request's max_tokens, temperature, seed,
     repeat_penalty and loop_penalty override them. GET /health is the liveness probe,
     GET /ready the readiness probe (every member, and 503 while fewer than min_members can
-    serve or the server drains)."""
+    serve or the server drains), GET /metrics the Prometheus metrics (every worker's)."""
     quiet_transformers()
     if task is not None and feedback_path is None:
         raise fail("--task: give --feedback too, the feedback store the task is kept in")
@@ -131,7 +136,13 @@ def serve(
     os.environ[SERVED] = serving(members, settings, feedback, drain_seconds)
     if feedback is not None:
         feedback.close()  # each worker opens the store itself
-    uvicorn.run("specem_openai_server.app:served", factory=True, workers=workers, **stop)
+    if os.environ.get(MULTIPROC_DIR):  # the operator's own directory
+        uvicorn.run("specem_openai_server.app:served", factory=True, workers=workers, **stop)
+        return
+    # the workers' metrics, added up at /metrics: this server's alone, gone at its exit
+    with tempfile.TemporaryDirectory(prefix="specem-metrics-") as shared:
+        os.environ[MULTIPROC_DIR] = shared
+        uvicorn.run("specem_openai_server.app:served", factory=True, workers=workers, **stop)
 
 
 async def checked(members: Sequence[Member]) -> None:

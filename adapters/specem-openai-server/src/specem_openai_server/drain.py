@@ -129,17 +129,22 @@ class Drain:
 
 class Draining:
     """ASGI middleware: counts the requests under ``/v1/`` in flight, and refuses new
-    ones while the server drains."""
+    ones while the server drains (telling ``refused`` the path of each it refuses)."""
 
-    def __init__(self, app: Any, drain: Drain) -> None:
+    def __init__(
+        self, app: Any, drain: Drain, refused: Callable[[str], None] | None = None
+    ) -> None:
         self.app = app
         self.drain = drain
+        self.refused = refused
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Send) -> None:
         if scope["type"] != "http" or not scope["path"].startswith("/v1/"):
             await self.app(scope, receive, send)
             return
         if self.drain.draining:
+            if self.refused is not None:
+                self.refused(scope["path"])
             await refusal().response()(scope, receive, send)
             return
         self.drain.in_flight += 1

@@ -1,0 +1,141 @@
+"""Prometheus metrics, served at ``/metrics``: requests by outcome, latency, rounds, tokens,
+dropped members and the task-feedback weights.
+
+The app calls :func:`finished` once per chat completion (whatever its end). With
+``specem serve --workers N`` the workers are separate processes: the command sets
+``PROMETHEUS_MULTIPROC_DIR`` to a directory of its own before they start, each worker
+writes its values there, and ``/metrics`` on any worker reads them all
+(:func:`exposition`), so one scrape adds up every worker's counts.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    multiprocess,
+)
+
+if TYPE_CHECKING:
+    from specem_chain import Answer, Feedback
+
+MULTIPROC_DIR = "PROMETHEUS_MULTIPROC_DIR"
+
+OUTCOMES = ("ok", "invalid", "unavailable", "draining", "cut", "error", "disconnected")
+"""How a chat completion ended: answered; refused as the caller's fault (400); a member,
+the feedback store or the answer's time failed (503); refused because the server drains
+(503); cut at the drain's deadline; a server error (500); the client left mid-stream."""
+
+ANSWER_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600)
+ROUND_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+
+REQUESTS = Counter("specem_requests", "Chat completions by how they ended.", ["outcome"])
+LATENCY = Histogram(
+    "specem_request_seconds",
+    "Time from a chat completion's start to its end (validation errors excluded).",
+    buckets=ANSWER_BUCKETS,
+)
+FIRST_SEGMENT = Histogram(
+    "specem_first_segment_seconds",
+    "Time from a chat completion's start to its first accepted segment.",
+    buckets=ANSWER_BUCKETS,
+)
+ROUNDS = Counter("specem_rounds", "Rounds run (one accepted segment each).")
+DRAFT = Histogram(
+    "specem_round_draft_seconds",
+    "A round's drafting time (the drafters run side by side).",
+    buckets=ROUND_BUCKETS,
+)
+VERIFY = Histogram(
+    "specem_round_verify_seconds",
+    "A round's verification time (0 when it needed none).",
+    buckets=ROUND_BUCKETS,
+)
+DRAFTED = Counter("specem_drafted_tokens", "Tokens each member drafted.", ["member"])
+ANSWER_TOKENS = Counter(
+    "specem_answer_tokens", "Tokens of the accepted answers (in each winner's tokenizer)."
+)
+DROPPED = Counter(
+    "specem_members_dropped", "Members dropped from an answer (kept failing).", ["member"]
+)
+TASK_WEIGHT = Gauge(
+    "specem_task_weight",
+    "A member's task-feedback weight, as the latest answer of the task left it.",
+    ["task", "member"],
+    # the workers share one feedback store: the value set last is the store's latest
+    multiprocess_mode="mostrecent",
+)
+
+for outcome in OUTCOMES:  # every outcome shows, at 0 until it happens
+    REQUESTS.labels(outcome)
+
+
+def finished(
+    outcome: str,
+    seconds: float | None = None,
+    answer: Answer | None = None,
+    first_s: float | None = None,
+    feedback: Feedback | None = None,
+) -> None:
+    """Count one chat completion: its ``outcome`` (one of :data:`OUTCOMES`), its time
+    (None where it never started an answer), the rounds of its ``answer`` (however far it
+    got), the time to its first segment, and, with ``feedback``, the task's weights now
+    (a feedback store is read: call it off the event loop)."""
+    REQUESTS.labels(outcome).inc()
+    if seconds is not None:
+        LATENCY.observe(seconds)
+    if first_s is not None:
+        FIRST_SEGMENT.observe(first_s)
+    if answer is None:
+        return
+    for event in answer.rounds:
+        ROUNDS.inc()
+        DRAFT.observe(event.timing.draft_s)
+        VERIFY.observe(event.timing.verify_s)
+        for member, tokens in event.drafted_tokens.items():
+            DRAFTED.labels(member).inc(tokens)
+        for member in event.dropped:
+            DROPPED.labels(member).inc()
+    for member in answer.unavailable:
+        DROPPED.labels(member).inc()
+    if answer.rounds:
+        ANSWER_TOKENS.inc(answer.rounds[-1].answer_tokens)
+        if feedback is not None and answer.rounds[-1].finished:
+            task = feedback.task or "default"
+            for member, weight in feedback.weights(answer.members).items():
+                TASK_WEIGHT.labels(task, member).set(weight)
+
+
+def outcome_of(status: int, code: str | None) -> str:
+    """The outcome of a chat completion that ended with an error answer (see
+    ``errors.api_error``): an answer cut by the drain is the only error with the code
+    ``server_shutting_down`` that reaches the app (the drain refuses the others before)."""
+    if status == 400:
+        return "invalid"
+    if code == "server_shutting_down":
+        return "cut"
+    return "unavailable" if status == 503 else "error"
+
+
+def exposition() -> tuple[bytes, str]:
+    """The metrics in Prometheus' text format, and its content type: every worker's
+    (read from :data:`MULTIPROC_DIR`) where it is set, else this process's."""
+    if os.environ.get(MULTIPROC_DIR):
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+        return generate_latest(registry), CONTENT_TYPE_LATEST
+    return generate_latest(REGISTRY), CONTENT_TYPE_LATEST
+
+
+def worker_exit() -> None:
+    """At a worker's clean exit: mark its files dead (its counts stay in the sums)."""
+    if os.environ.get(MULTIPROC_DIR):
+        multiprocess.mark_process_dead(os.getpid())

@@ -22,11 +22,10 @@ from rich.text import Text
 
 from . import models
 from .cli_options import (
+    chosen_feedback,
     chosen_members,
     err,
     fail,
-    feedback_store,
-    is_json,
     quiet_transformers,
     with_settings,
 )
@@ -112,9 +111,7 @@ def chat(
         raise fail("the prompt is empty: give a question to answer")
     if report_path and not report_path.parent.is_dir():
         raise fail(f"--report: folder {str(report_path.parent)!r} does not exist")
-    if task is not None and feedback_path is None:
-        raise fail("--task: give --feedback too, the feedback store the task is kept in")
-    feedback = task_feedback(feedback_path, task) if feedback_path else None
+    feedback = chosen_feedback(feedback_path, task, json_file=True)
     members = chosen_members(member)
     messages = [{"role": "system", "content": system}] if system else []
     messages.append({"role": "user", "content": prompt})
@@ -145,27 +142,6 @@ def chat(
         except OSError as error:
             raise fail(f"cannot write the report: {error}") from None
         err.print(f"report: {report_path}")
-
-
-def task_feedback(path: Path, task: str | None) -> Feedback:
-    """The feedback of ``task`` in the feedback store at ``path``, or, for a path ending in
-    .json, the task's feedback saved in that JSON file (a new one if there is none yet); a
-    path that cannot hold it is an error before any member runs."""
-    if not is_json(path):
-        return feedback_store(path, task)
-    if task is not None:
-        raise fail(
-            "--task: a JSON feedback file holds one task; a feedback store (a --feedback "
-            "path not ending in .json) holds many"
-        )
-    if not path.parent.is_dir():
-        raise fail(f"--feedback: folder {str(path.parent)!r} does not exist")
-    if not path.exists():
-        return Feedback()
-    try:
-        return Feedback.load(path)
-    except ValueError as error:
-        raise fail(f"--feedback: {error}") from None
 
 
 async def _chat(

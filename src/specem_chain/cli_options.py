@@ -52,22 +52,43 @@ def chosen_members(specs: Sequence[str] | None) -> list[Member]:
         raise fail(str(error)) from None
 
 
-def is_json(path: Path) -> bool:
-    """Whether ``--feedback`` names a JSON feedback file (its name ends in .json) rather
-    than a feedback store."""
-    return path.suffix.lower() == ".json"
-
-
-def feedback_store(path: Path, task: str | None) -> Feedback:
-    """The feedback of ``task`` (None: :data:`~specem_chain.feedback.DEFAULT_TASK`) in the
-    feedback store at ``path``, made where there is none yet; one that cannot be opened
-    exits with a one-line error naming ``--feedback`` or ``--task``."""
+def chosen_feedback(path: Path | None, task: str | None, *, json_file: bool) -> Feedback | None:
+    """The task feedback that ``--feedback PATH`` and ``--task NAME`` name (None without
+    ``--feedback``): the task of the feedback store at ``path`` (None:
+    :data:`~specem_chain.feedback.DEFAULT_TASK`), made where there is none yet; or, where
+    ``json_file`` allows it, for a path ending in .json, the feedback saved in that JSON file
+    (a new one if there is none yet). A bad combination or a path that cannot hold it exits
+    with a one-line error naming ``--feedback`` or ``--task``, before any member runs."""
+    if path is None:
+        if task is not None:
+            raise fail("--task: give --feedback too, the feedback store the task is kept in")
+        return None
+    if path.suffix.lower() != ".json":
+        try:
+            task = checked_task(DEFAULT_TASK if task is None else task)
+        except ValueError as error:
+            raise fail(f"--task: {error}") from None
+        try:
+            return Feedback.open(path, task)
+        except ValueError as error:
+            raise fail(f"--feedback: {error}") from None
+    if not json_file:
+        raise fail(
+            f"--feedback: {str(path)!r} names a JSON feedback file, which one "
+            "process saves whole; the workers of specem serve share a feedback store: give "
+            "a path that does not end in .json, such as tasks.db"
+        )
+    if task is not None:
+        raise fail(
+            "--task: a JSON feedback file holds one task; a feedback store (a --feedback "
+            "path not ending in .json) holds many"
+        )
+    if not path.parent.is_dir():
+        raise fail(f"--feedback: folder {str(path.parent)!r} does not exist")
+    if not path.exists():
+        return Feedback()
     try:
-        task = checked_task(DEFAULT_TASK if task is None else task)
-    except ValueError as error:
-        raise fail(f"--task: {error}") from None
-    try:
-        return Feedback.open(path, task)
+        return Feedback.load(path)
     except ValueError as error:
         raise fail(f"--feedback: {error}") from None
 

@@ -161,30 +161,37 @@ class VLLMBackend:
     async def _scoring_route(self) -> Route:
         """The first route of :data:`ROUTES` that gives a probe's log-probs, a cached one
         only where it gives those ``prompt_logprobs`` gives (within
-        :data:`ROUTE_TOLERANCE`). A route that re-reads the context is said once."""
+        :data:`ROUTE_TOLERANCE`). A route that re-reads the context is said once. Each
+        route is probed only until the choice is known: the first re-reading route that
+        answers, then the cached ones in turn."""
         probe = await self.tokenize(PROBE_TEXT)
-        found: dict[Route, list[float]] = {}
-        for route in ROUTES:
+
+        async def probed(route: Route) -> list[float] | None:
             try:
-                [found[route]] = await self.token_logprobs([probe], [1], route)
+                [found] = await self.token_logprobs([probe], [1], route)
             except (MemberServerError, KeyError, TypeError, ValueError, IndexError):
-                continue
-        truth = next((found[r] for r in REREADING_ROUTES if r in found), None)
+                return None
+            return found
+
+        truth, rereading = None, REREADING_ROUTES[0]
+        for rereading in REREADING_ROUTES:
+            if (truth := await probed(rereading)) is not None:
+                break
         for route in CACHED_ROUTES:
-            if route in found and (truth is None or _close(found[route], truth)):
+            found = await probed(route)
+            if found is not None and (truth is None or _close(found, truth)):
                 return route
         if truth is None:
             raise MemberServerError(f"member {self.label!r}: {NO_LOGPROBS}")
-        route = next(r for r in REREADING_ROUTES if r in found)
         log.warning(
             "member %r: %s scores with %s, which re-reads the whole context for every "
             "candidate (vLLM skips its prefix cache there); a vLLM whose completions take "
             "logprob_token_ids (0.32.0 does), with prefix caching on, scores from the cache",
             self.label,
             self.member.source,
-            route,
+            rereading,
         )
-        return route
+        return rereading
 
     # -- the server's endpoints --------------------------------------------------------
 

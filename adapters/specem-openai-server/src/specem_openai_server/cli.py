@@ -13,11 +13,10 @@ from typing import Annotated
 import typer
 from specem_chain import Member, RequestSettings, models
 from specem_chain.cli_options import (
+    chosen_feedback,
     chosen_members,
     err,
     fail,
-    feedback_store,
-    is_json,
     quiet_transformers,
     with_settings,
 )
@@ -96,15 +95,7 @@ def serve(
     GET /ready the readiness probe (every member, and 503 while fewer than min_members can
     serve or the server drains), GET /metrics the Prometheus metrics (every worker's)."""
     quiet_transformers()
-    if task is not None and feedback_path is None:
-        raise fail("--task: give --feedback too, the feedback store the task is kept in")
-    if feedback_path is not None and is_json(feedback_path):
-        raise fail(
-            f"--feedback: {str(feedback_path)!r} names a JSON feedback file, which one "
-            "process saves whole; the workers of specem serve share a feedback store: give "
-            "a path that does not end in .json, such as tasks.db"
-        )
-    feedback = feedback_store(feedback_path, task) if feedback_path else None
+    feedback = chosen_feedback(feedback_path, task, json_file=False)
     members = chosen_members(member)
     try:
         if batching:

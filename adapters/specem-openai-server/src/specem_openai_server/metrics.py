@@ -23,6 +23,7 @@ from prometheus_client import (
     generate_latest,
     multiprocess,
 )
+from specem_chain.feedback import DEFAULT_TASK
 
 if TYPE_CHECKING:
     from specem_chain import Answer, Feedback
@@ -109,7 +110,7 @@ def finished(
     if answer.rounds:
         ANSWER_TOKENS.inc(answer.rounds[-1].answer_tokens)
         if feedback is not None and answer.rounds[-1].finished:
-            task = feedback.task or "default"
+            task = feedback.task or DEFAULT_TASK
             for member, weight in feedback.weights(answer.members).items():
                 TASK_WEIGHT.labels(task, member).set(weight)
 

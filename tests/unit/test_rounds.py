@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from scripted import ScriptedSession, events, likes, seat
 
@@ -259,3 +261,26 @@ async def test_a_members_own_stronger_penalty_is_kept_in_a_loop_redraft():
     a = ScriptedSession("a", [*LOOPING, LINE, " Then it slept. ", Draft("", 1, True)])
     await events(Seat("a", a, Sampling(repeat_penalty=1.5, loop_penalty=1.3)))
     assert {s.repeat_penalty for s in a.samplings} == {1.5}
+
+
+async def test_a_round_times_each_member_in_the_step_it_took_part_in():
+    class Slow(ScriptedSession):
+        async def draft(self, *args, **kwargs) -> Draft:
+            await asyncio.sleep(0.05)
+            return await super().draft(*args, **kwargs)
+
+        async def score(self, candidates, scoring):
+            await asyncio.sleep(0.03)
+            return await super().score(candidates, scoring)
+
+    slow = Slow("slow", [" x", Draft(" end", 1, True)], likes("x"))
+    judge = ScriptedSession("judge", [" never"], likes("x"))
+    alone = ScriptedSession("alone", [" y"])
+    rounds = await events(seat(slow), seat(judge, "verifier"))
+    for e in rounds:  # one candidate a round: no verification, nobody scored
+        assert set(e.timing.drafting) == {"slow"} and e.timing.drafting["slow"] >= 0.05
+        assert e.timing.drafting["slow"] <= e.timing.draft_s and e.timing.scoring == {}
+    verified = (await events(slow, alone, max_tokens=1))[0]
+    assert verified.verified and set(verified.timing.scoring) == {"slow", "alone"}
+    assert verified.timing.scoring["slow"] >= 0.03 > verified.timing.scoring["alone"]
+    assert max(verified.timing.scoring.values()) <= verified.timing.verify_s

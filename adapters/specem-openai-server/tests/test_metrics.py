@@ -5,15 +5,17 @@ up both workers' answers."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from openai_server_harness import serve
 from prometheus_client.parser import text_string_to_metric_families
-from specem_chain import Feedback
-from test_ready_and_drain import events, specem_serve, tiny_serve_args
-from test_serve_command import answering
+from specem_chain import Feedback, Member, RequestSettings
+from test_ready_and_drain import LONG_ANSWER, events, specem_serve, tiny_serve_args
+from test_serve_command import answering, free_port
 from test_serve_command import specem_serve as specem_serve_workers
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -92,11 +94,31 @@ def test_metrics_count_an_answer_a_streamed_answer_and_an_invalid_request(tiny_m
     assert moved(before, after, "specem_round_draft_seconds_count") == rounds
     assert moved(before, after, "specem_round_verify_seconds_count") == rounds
     assert moved(before, after, "specem_round_draft_seconds_sum") > 0
+    won = 0
     for member in ("llama", "qwen2"):
+        # each member drafted and scored in every round: its own time is counted per round,
+        # and no longer than the round's (members of a step run side by side)
+        assert moved(before, after, "specem_member_draft_seconds_count", member=member) == rounds
+        assert (
+            0
+            < moved(before, after, "specem_member_draft_seconds_sum", member=member)
+            <= (moved(before, after, "specem_round_draft_seconds_sum"))
+        )
+        verified = moved(before, after, "specem_member_score_seconds_count", member=member)
+        assert 0 < verified <= rounds
+        assert (
+            0
+            < moved(before, after, "specem_member_score_seconds_sum", member=member)
+            <= (moved(before, after, "specem_round_verify_seconds_sum"))
+        )
+        segments = [s for a in answers for s in a["segments"] if s["member"] == member]
+        assert moved(before, after, "specem_segments_won_total", member=member) == len(segments)
+        won += len(segments)
         drafted = sum(a["usage"][member]["output_tokens"] for a in answers)
         assert drafted > 0
         assert moved(before, after, "specem_drafted_tokens_total", member=member) == drafted
         assert moved(before, after, "specem_members_dropped_total", member=member) == 0
+    assert won == rounds
     answer_tokens = sum(a["answer_tokens"] for a in answers)
     assert answer_tokens > 0
     assert moved(before, after, "specem_answer_tokens_total") == answer_tokens
@@ -142,3 +164,47 @@ def test_one_scrape_adds_up_the_answers_of_every_worker(tiny_models, tmp_path):
             drafted = sum(a["usage"]["llama"]["output_tokens"] for a in answers)
             assert moved(before, after, "specem_drafted_tokens_total", member="llama") == drafted
     assert not shared.exists()
+
+
+def test_a_client_that_leaves_a_stream_is_counted_disconnected_with_the_rounds_it_got(
+    tiny_models, tmp_path
+):
+    """The client closes a long stream after its first chunk: the server stops the answer
+    when it next writes and counts it ``disconnected``, timed, with the rounds run so far."""
+    with specem_serve(tiny_serve_args(tiny_models), tmp_path / "serve.log") as (base, _):
+        before = scrape(base)
+        url = f"{base}/v1/chat/completions"
+        with httpx.stream("POST", url, json=LONG_ANSWER, timeout=120) as response:
+            assert response.status_code == 200
+            next(events(response.iter_lines()))
+        deadline = time.monotonic() + 60
+        while True:
+            after = scrape(base)
+            if moved(before, after, "specem_requests_total", outcome="disconnected"):
+                break
+            assert time.monotonic() < deadline, {
+                o: moved(before, after, "specem_requests_total", outcome=o) for o in OUTCOMES
+            }
+            time.sleep(0.1)
+    requests = {o: moved(before, after, "specem_requests_total", outcome=o) for o in OUTCOMES}
+    assert requests == {o: float(o == "disconnected") for o in OUTCOMES}
+    assert moved(before, after, "specem_request_seconds_count") == 1
+    assert moved(before, after, "specem_first_segment_seconds_count") == 1
+    # it stopped well before its 180 rounds, after at least the one the client read
+    assert 1 <= moved(before, after, "specem_rounds_total") < 180
+
+
+def test_an_answer_its_members_cannot_serve_is_counted_unavailable(tiny_models):
+    """Two members needed, one on a server that is down: a 503, counted ``unavailable``."""
+    down = Member.tgi(f"http://127.0.0.1:{free_port()}", name="remote", retries=0)
+    members = [down, Member(source=str(tiny_models["llama"]))]
+    with serve(members, RequestSettings(min_members=2)) as base:
+        before = scrape(base)
+        body = {"model": "specem", "messages": [{"role": "user", "content": "Hi"}]}
+        response = httpx.post(f"{base}/v1/chat/completions", json=body, timeout=60)
+        assert response.status_code == 503, response.text
+        after = scrape(base)
+    requests = {o: moved(before, after, "specem_requests_total", outcome=o) for o in OUTCOMES}
+    assert requests == {o: float(o == "unavailable") for o in OUTCOMES}
+    assert moved(before, after, "specem_request_seconds_count") == 1
+    assert moved(before, after, "specem_first_segment_seconds_count") == 0

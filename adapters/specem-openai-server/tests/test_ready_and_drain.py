@@ -134,6 +134,8 @@ def test_sigterm_drains_specem_serve_the_stream_in_flight_finishes(tiny_models, 
             refused = wait_until_draining(base)
             assert refused["error"]["code"] == "server_shutting_down"
             assert refused["error"]["type"] == "service_unavailable"
+            metrics = httpx.get(f"{base}/metrics").text  # still served while draining
+            assert 'specem_requests_total{outcome="draining"} 1.0' in metrics
             rest = list(stream)
         assert rest[-1] == "[DONE]"
         chunks = [json.loads(event) for event in rest[:-1]]

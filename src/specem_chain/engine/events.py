@@ -32,9 +32,16 @@ class Candidate:
 
 @dataclass(frozen=True)
 class RoundTiming:
+    """A round's wall time by step (the members of a step run side by side), and each
+    member's own time in it."""
+
     draft_s: float
     verify_s: float
     accept_s: float
+    drafting: dict[str, float] = field(default_factory=dict)
+    """Each drafter's drafting time this round, over every drafting attempt."""
+    scoring: dict[str, float] = field(default_factory=dict)
+    """Each verifier's time to score the round's candidates (empty when not verified)."""
 
 
 @dataclass(frozen=True)

@@ -71,7 +71,11 @@ async def run_rounds(
             weights=dict(zip(names, roster.weights)),
             finish_reason=finish,
             timing=RoundTiming(
-                drafted_at - started, verified_at - drafted_at, time.perf_counter() - verified_at
+                drafted_at - started,
+                verified_at - drafted_at,
+                time.perf_counter() - verified_at,
+                drafted.seconds,
+                verdict.seconds,
             ),
             verified=verification is not None,
             answer_tokens=answer.tokens,

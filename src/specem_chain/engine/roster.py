@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -104,12 +105,26 @@ class Roster:
         return [i for i in sorted(self.alive) if self.seats[i].verifies]
 
     async def call(
-        self, indices: Iterable[int], call: Callable[[int], Awaitable[T]]
+        self,
+        indices: Iterable[int],
+        call: Callable[[int], Awaitable[T]],
+        seconds: dict[str, float] | None = None,
     ) -> dict[int, T]:
         """``call(i)`` for every listed live seat at once; drop the seats whose member is
-        unavailable. Any other error propagates."""
+        unavailable. Any other error propagates. With ``seconds``, each seat's time in its
+        call is added to its member's entry (a failed call's too)."""
         calls = [i for i in indices if i in self.alive]
-        results = await asyncio.gather(*(call(i) for i in calls), return_exceptions=True)
+
+        async def timed(i: int) -> T:
+            started = time.perf_counter()
+            try:
+                return await call(i)
+            finally:
+                if seconds is not None:
+                    name = self.seats[i].name
+                    seconds[name] = seconds.get(name, 0.0) + time.perf_counter() - started
+
+        results = await asyncio.gather(*(timed(i) for i in calls), return_exceptions=True)
         done: dict[int, T] = {}
         failed: dict[int, MemberUnavailable] = {}
         for i, result in zip(calls, results):

@@ -7,7 +7,7 @@ and :class:`AnswerText` (the answer so far), so each can be tested with scripted
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 
 from ..errors import AnswerFormatError, EnsembleError
@@ -39,6 +39,8 @@ class Drafted:
     loop_redraft: bool = False
     """True when the round was drafted again under the loop penalty: its first candidates
     would have made the answer go round a loop."""
+    seconds: dict[str, float] = field(default_factory=dict)
+    """Each drafter's drafting time, over every attempt."""
 
     @property
     def segments(self) -> list[Segment]:
@@ -78,13 +80,14 @@ async def draft_round(
         ]
 
     tokens: dict[str, int] = {}
+    seconds: dict[str, float] = {}
     looping = False
     for attempt in range(REDRAFTS):
         # asked again each attempt: when every drafter was dropped, a resting one drafts again
         drafting = roster.drafters()
         for i in drafting:
             tokens.setdefault(seats[i].name, 0)
-        drafted = await roster.call(drafting, partial(draft, attempt, looping))
+        drafted = await roster.call(drafting, partial(draft, attempt, looping), seconds)
         resting = tuple(seats[i].name for i in sorted(roster.resting & roster.alive))
         drafts = [(i, d) for i, each in drafted.items() for d in each]
         for i, d in drafts:
@@ -101,7 +104,8 @@ async def draft_round(
             looping = True
         elif live:
             picked = [candidates[k] for k in live]
-            return Drafted(picked, [drafts[k][0] for k in live], tokens, resting, looping)
+            drafters = [drafts[k][0] for k in live]
+            return Drafted(picked, drafters, tokens, resting, looping, seconds)
     rejected = [f"{seats[i].name}: {d.text!r}" for (i, d), s in zip(drafts, shaped) if s is None]
     if written := shape.fallback(answer.text):
         # the members went astray (or, drafting under the format, found no way on) where the
@@ -111,7 +115,7 @@ async def draft_round(
             Candidate(seats[drafting[0]].name, w.text, w.finished, 0, source="format")
             for w in written
         ]
-        return Drafted(offered, [drafting[0]] * len(offered), tokens, resting)
+        return Drafted(offered, [drafting[0]] * len(offered), tokens, resting, seconds=seconds)
     raise _no_way_on(round_index, rejected, shape, answer.text)
 
 
@@ -163,12 +167,14 @@ def _shaped(
     return shaped
 
 
-async def verify_round(roster: Roster, drafted: Drafted, config: EngineConfig) -> Verification:
-    """Every live verifier scores every candidate."""
+async def verify_round(
+    roster: Roster, drafted: Drafted, config: EngineConfig, seconds: dict[str, float]
+) -> Verification:
+    """Every live verifier scores every candidate; ``seconds`` takes each one's time."""
     segments = drafted.segments
     seats = roster.seats
     scores = await roster.call(
-        roster.verifiers(), lambda j: seats[j].session.score(segments, config.scoring)
+        roster.verifiers(), lambda j: seats[j].session.score(segments, config.scoring), seconds
     )
     return Verification(
         members=len(seats),
@@ -209,6 +215,8 @@ class Verdict:
     judgement: Judgement
     verification: Verification | None = None
     """What the verifiers said; None when the round needed no verification."""
+    seconds: dict[str, float] = field(default_factory=dict)
+    """Each verifier's time to score the candidates (empty when not verified)."""
 
 
 async def judge_round(
@@ -220,10 +228,11 @@ async def judge_round(
         verifiers = tuple(roster.verifiers())
         judgement = unverified(drafted, roster.weights, len(verifiers), config.fast_finish)
         return Verdict(verifiers, judgement)
-    verification = await verify_round(roster, drafted, config)
+    seconds: dict[str, float] = {}
+    verification = await verify_round(roster, drafted, config, seconds)
     judgement = policy.judge(verification, roster.weights, round_index)
     roster.reweigh(judgement.weights)
-    return Verdict(verification.verifiers, judgement, verification)
+    return Verdict(verification.verifiers, judgement, verification, seconds)
 
 
 async def accept(

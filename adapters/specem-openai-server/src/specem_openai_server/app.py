@@ -18,6 +18,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
+import anyio
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -305,10 +306,11 @@ async def events(
             await counted(failure, request, started, first_s)
         yield "data: " + failure.body.model_dump_json() + "\n\n"
     finally:
-        await rest.aclose()
-        if not done:  # the client went away (no awaiting here: the stream is cancelled)
+        if not done:  # the client went away: the stream is cancelled
             seconds = time.perf_counter() - started
             metrics.finished("disconnected", seconds, answer, first_s)
+        with anyio.CancelScope(shield=True):  # the members' sessions close all the same
+            await rest.aclose()
 
 
 def sse(chunk: ChatCompletionChunk) -> str:

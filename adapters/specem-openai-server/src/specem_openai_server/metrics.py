@@ -1,5 +1,6 @@
-"""Prometheus metrics, served at ``/metrics``: requests by outcome, latency, rounds, tokens,
-dropped members and the task-feedback weights.
+"""Prometheus metrics, served at ``/metrics``: requests by outcome, latency, rounds, each
+member's drafting and scoring time, tokens, segments won, dropped members and the
+task-feedback weights.
 
 The app calls :func:`finished` once per chat completion (whatever its end). With
 ``specem serve --workers N`` the workers are separate processes: the command sets
@@ -60,7 +61,22 @@ VERIFY = Histogram(
     "A round's verification time (0 when it needed none).",
     buckets=ROUND_BUCKETS,
 )
+MEMBER_DRAFT = Histogram(
+    "specem_member_draft_seconds",
+    "A member's drafting time in a round (over every drafting attempt).",
+    ["member"],
+    buckets=ROUND_BUCKETS,
+)
+MEMBER_SCORE = Histogram(
+    "specem_member_score_seconds",
+    "A member's time to score a round's candidates (rounds that needed verifying).",
+    ["member"],
+    buckets=ROUND_BUCKETS,
+)
 DRAFTED = Counter("specem_drafted_tokens", "Tokens each member drafted.", ["member"])
+WON = Counter(
+    "specem_segments_won", "Accepted segments, by the member that drafted each.", ["member"]
+)
 ANSWER_TOKENS = Counter(
     "specem_answer_tokens", "Tokens of the accepted answers (in each winner's tokenizer)."
 )
@@ -101,6 +117,11 @@ def finished(
         ROUNDS.inc()
         DRAFT.observe(event.timing.draft_s)
         VERIFY.observe(event.timing.verify_s)
+        for member, seconds in event.timing.drafting.items():
+            MEMBER_DRAFT.labels(member).observe(seconds)
+        for member, seconds in event.timing.scoring.items():
+            MEMBER_SCORE.labels(member).observe(seconds)
+        WON.labels(event.winner).inc()
         for member, tokens in event.drafted_tokens.items():
             DRAFTED.labels(member).inc(tokens)
         for member in event.dropped:

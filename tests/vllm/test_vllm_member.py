@@ -97,6 +97,7 @@ async def test_every_route_scores_as_prompt_logprobs_does_after_a_long_context(v
     backend = VLLMBackend(Member.vllm(vllm.url))
     session = await backend.open(LONG)
     assert session.prompt_tokens > 10 * 128
+    backend.block = None  # no switching to the cheaper route: the route as set scores
     await session.accept(Segment(" Ferry 2 leaves"))
     backend.route = "prompt_logprobs"
     truth = await session.score(LONG_CANDIDATES, "mean_logprob")
@@ -113,6 +114,8 @@ async def test_scoring_computes_the_candidates_last_blocks_not_the_context(vllm)
     for the same scores."""
     backend = VLLMBackend(Member.vllm(vllm.url))
     session = await backend.open(LONG)
+    assert backend.block == 128  # the CPU build's, from its /metrics
+    backend.block = None  # the route as set scores
     await session.draft(4, Sampling(temperature=0.0), seed=0)
     candidate = [LONG_CANDIDATES[0]]
     spent = {}
@@ -125,6 +128,29 @@ async def test_scoring_computes_the_candidates_last_blocks_not_the_context(vllm)
     partial = len(session.ids) % 128  # the context's tokens after its last whole block
     assert spent["logprob_token_ids"] <= score.tokens * (partial + score.tokens)
     assert spent["prompt_logprobs"] >= len(session.ids)
+
+
+async def test_after_a_context_shorter_than_a_block_a_round_re_reads_as_that_computes_less(
+    vllm,
+):
+    """After a short question (under one 128-token block, nothing cached to read) each of a
+    candidate's prefixes would be computed whole: the member re-reads instead, one prompt a
+    candidate, with the scores of the cached route."""
+    backend = VLLMBackend(Member.vllm(vllm.url))
+    session = await backend.open(QUESTION)
+    await session.draft(4, Sampling(temperature=0.0), seed=0)
+    candidates = [Segment(" The sea is wide and grey, it sings"), Segment(" Waves.", True)]
+    before = prompt_tokens(vllm)
+    chosen = await session.score(candidates, "mean_logprob")
+    spent = prompt_tokens(vllm)["local_compute"] - before["local_compute"]
+    assert len(session.ids) + sum(s.tokens for s in chosen) < 128
+    assert spent <= 2 * len(session.ids) + sum(s.tokens for s in chosen) + 2  # one read each
+    backend.block = None  # the cached route, as set
+    before = prompt_tokens(vllm)
+    cached = await session.score(candidates, "mean_logprob")
+    assert prompt_tokens(vllm)["local_compute"] - before["local_compute"] > 2 * spent
+    assert [s.tokens for s in chosen] == [s.tokens for s in cached]
+    assert [s.mean for s in chosen] == pytest.approx([s.mean for s in cached], abs=1e-3)
 
 
 class OlderServer(httpx.AsyncBaseTransport):

@@ -63,6 +63,14 @@ class RemoteClient:
     async def get(self, path: str) -> Any:
         return await self.request("GET", path)
 
+    async def text(self, path: str) -> str | None:
+        """The text of ``GET path``, once, for an optional fact (None where it fails)."""
+        try:
+            response = await self._client().get(path, headers={"Accept": "text/plain"})
+        except httpx.HTTPError:
+            return None
+        return response.text if response.status_code == 200 else None
+
     async def post(self, path: str, body: dict[str, Any]) -> Any:
         return await self.request("POST", path, body)
 

@@ -27,6 +27,13 @@ no files of its own, and its context is token ids, sent as token ids:
   ``prompt_logprobs`` gives falls back to ``prompt_logprobs`` (else ``echo``) and says so
   once. :data:`ROUTES` lists them in that order; which one scored is in the answer's
   provenance (``backends``).
+
+  A cached route computes each prefix's partial block, so after a context shorter than a
+  block (or on a server without prefix caching) it computes far more than re-reading
+  would: n prefixes of about L tokens against one prompt of L + n. Each round the member
+  counts both (:func:`cached_cost`, :func:`rereading_cost`, with the block size and
+  whether prefix caching is on, read once from the server's ``/metrics``) and re-reads
+  where that computes fewer tokens.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import re
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -109,6 +117,11 @@ class VLLMBackend:
         """The model has no chat template: the conversation is the plain transcript."""
         self.native_tools = False
         self.route: Route = "logprob_token_ids"
+        self.rereading: Route | None = None
+        """The re-reading route the server answered on, which a round takes where it
+        computes fewer tokens than :attr:`route` (see :meth:`cheaper_route`)."""
+        self.block: int | None = None
+        """The server's prefix-cache block size (0: prefix caching off; None: unknown)."""
         self._checked = False
         self._lock = asyncio.Lock()
 
@@ -146,6 +159,7 @@ class VLLMBackend:
             ) from None
         await self._learn_template()
         self.route = await self._scoring_route()
+        self.block = cache_block(await self.client.text("/metrics"))
 
     async def _learn_template(self) -> None:
         try:
@@ -176,6 +190,7 @@ class VLLMBackend:
         truth, rereading = None, REREADING_ROUTES[0]
         for rereading in REREADING_ROUTES:
             if (truth := await probed(rereading)) is not None:
+                self.rereading = rereading
                 break
         for route in CACHED_ROUTES:
             found = await probed(route)
@@ -247,25 +262,32 @@ class VLLMBackend:
         response["choices"].sort(key=lambda c: c.get("index", 0))
         return response
 
+    def cheaper_route(self, prompts: list[list[int]], starts: list[int]) -> Route:
+        """:attr:`route`, or the re-reading route where that computes fewer tokens for
+        these prompts (the block size known)."""
+        if (
+            self.route in CACHED_ROUTES
+            and self.rereading
+            and self.block is not None
+            and rereading_cost(prompts) < cached_cost(prompts, starts, self.block)
+        ):
+            return self.rereading
+        return self.route
+
     async def token_logprobs(
         self, prompts: list[list[int]], starts: list[int], route: Route | None = None
     ) -> list[list[float]]:
         """The log-probs of each prompt's tokens from its start on (a start of at least
-        1), every prompt in one request where the route allows."""
-        route = route or self.route
+        1), every prompt in one request where the route allows; by default on the
+        cheaper route (:meth:`cheaper_route`)."""
+        route = route or self.cheaper_route(prompts, starts)
         if route in REREADING_ROUTES:
             every = await self._prompt_logprobs(prompts, route)
             read = [logprobs[start:] for logprobs, start in zip(every, starts)]
             if any(v is None for logprobs in read for v in logprobs):
                 raise MemberServerError(f"member {self.label!r}: {NO_LOGPROBS}")
             return read  # type: ignore[return-value]
-        # a position is the ids up to and with its token; one that two candidates share
-        # (they often start alike) is asked once
-        wanted = [
-            [tuple(ids[: k + 1]) for k in range(start, len(ids))]
-            for ids, start in zip(prompts, starts)
-        ]
-        unique = list(dict.fromkeys(p for candidate in wanted for p in candidate))
+        wanted, unique = asked_positions(prompts, starts)
         positions = [(list(p[:-1]), p[-1]) for p in unique]
         if route == "logprob_token_ids":
             answers = await asyncio.gather(*(self._listed_logprobs(a) for a in _asks(positions)))
@@ -355,6 +377,48 @@ class VLLMBackend:
 def _logprob(position: dict[str, Any], token: int) -> float:
     """The log-prob of ``token`` among a position's ``prompt_logprobs``."""
     return float(position[str(token)]["logprob"])
+
+
+def asked_positions(
+    prompts: list[list[int]], starts: list[int]
+) -> tuple[list[list[tuple[int, ...]]], list[tuple[int, ...]]]:
+    """Each prompt's positions from its start on, and every distinct one: a position is
+    the ids up to and with its token; one that two candidates share (they often start
+    alike) is asked once."""
+    wanted = [
+        [tuple(ids[: k + 1]) for k in range(start, len(ids))] for ids, start in zip(prompts, starts)
+    ]
+    return wanted, list(dict.fromkeys(p for candidate in wanted for p in candidate))
+
+
+def cached_cost(prompts: list[list[int]], starts: list[int], block: int) -> int:
+    """Prompt tokens a cached route computes: each distinct position's prefix from its
+    last whole cached block on (vLLM computes at least a prompt's last token; the context's
+    blocks are cached by the draft that read it); the whole prefix where ``block`` is 0
+    (no prefix caching)."""
+    lengths = [len(p) - 1 for p in asked_positions(prompts, starts)[1]]
+    return sum(n - block * ((n - 1) // block) if block else n for n in lengths)
+
+
+def rereading_cost(prompts: list[list[int]]) -> int:
+    """Prompt tokens a re-reading route computes: every prompt whole."""
+    return sum(len(ids) for ids in prompts)
+
+
+CACHE_CONFIG = re.compile(r"^vllm:cache_config_info\{(?P<labels>[^}]*)\}", re.MULTILINE)
+
+
+def cache_block(metrics: str | None) -> int | None:
+    """The prefix cache's block size from a vLLM server's ``/metrics``
+    (``vllm:cache_config_info``): 0 where prefix caching is off, None where not given."""
+    found = CACHE_CONFIG.search(metrics or "")
+    if found is None:
+        return None
+    labels = dict(re.findall(r'(\w+)="([^"]*)"', found["labels"]))
+    if labels.get("enable_prefix_caching") == "False":
+        return 0
+    block = labels.get("block_size", "")
+    return int(block) if block.isdigit() else None
 
 
 def _close(found: list[float], truth: list[float]) -> bool:

@@ -17,7 +17,10 @@ import httpx
 from openai_server_harness import serve
 from remote.remote_servers import TGI_TEST_SERVER, running
 from specem_chain import Member, RequestSettings
+from specem_chain.backends.registry import loaded_backend
 from test_serve_command import SPECEM, free_port
+
+from specem_openai_server.readiness import RECENT_S, probe
 
 
 def ready(base: str) -> tuple[int, dict]:
@@ -55,6 +58,35 @@ def test_ready_answers_503_while_a_member_on_a_server_is_down_and_200_once_it_is
         assert status == 503, body
         assert body["members"][0]["ready"] is False
         assert httpx.get(f"{base}/health").status_code == 200
+
+
+async def test_a_busy_member_is_ready_while_it_answers_and_a_gone_one_is_not(
+    tiny_models, tmp_path, monkeypatch
+):
+    """A probe that times out (the server busy: injected at the probe's transport) leaves a
+    member ready while its server answered an answer's request in the last RECENT_S
+    seconds, and not after; a server that is gone is not ready however recent its answer."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    member = Member.tgi(url, name="remote", retries=0)
+    backend = loaded_backend(member)
+    command = [sys.executable, str(TGI_TEST_SERVER), str(tiny_models["llama"])]
+    with running([*command, "--port", str(port)], f"{url}/health", tmp_path / "tgi.log"):
+        await backend.ready()  # the first check's requests are answers
+        assert (await probe(member))["ready"]
+
+        async def busy(path: str, timeout: float) -> None:
+            raise TimeoutError(f"GET {url}{path}: no answer in {timeout:g} s")
+
+        monkeypatch.setattr(backend.client, "probe", busy)
+        assert (await probe(member))["ready"]
+        backend.client.answered_at -= RECENT_S
+        found = await probe(member)
+        assert not found["ready"] and "no answer in" in found["error"]
+        monkeypatch.undo()
+    backend.client.answered_at = time.monotonic()
+    found = await probe(member)
+    assert not found["ready"] and "cannot reach" in found["error"]
 
 
 @contextmanager

@@ -4,6 +4,7 @@ event loop, per-member timeouts, and retries with backoff for transient failures
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -41,6 +42,8 @@ class RemoteClient:
         if (key := member.key()) is not None:
             self._headers["Authorization"] = f"Bearer {key}"
         self._clients: dict[asyncio.AbstractEventLoop, httpx.AsyncClient] = {}
+        self.answered_at: float | None = None
+        """When the server last answered a request well (``time.monotonic()``)."""
 
     def __repr__(self) -> str:  # never shows the headers, which may hold the bearer token
         return f"RemoteClient({self.label!r}, {self.base_url!r})"
@@ -62,6 +65,27 @@ class RemoteClient:
 
     async def get(self, path: str) -> Any:
         return await self.request("GET", path)
+
+    def answered_within(self, seconds: float) -> bool:
+        """Whether the server answered a request well in the last ``seconds``."""
+        return self.answered_at is not None and time.monotonic() - self.answered_at < seconds
+
+    async def probe(self, path: str, timeout: float) -> None:
+        """``GET path`` once, on a connection of its own (a pool busy with answers would
+        hold it back): TimeoutError without an answer within ``timeout``,
+        :class:`MemberUnavailable` for any answer but a 2xx."""
+        where = f"GET {self.base_url}{path}"
+        try:
+            async with httpx.AsyncClient(headers=self._headers, timeout=timeout) as client:
+                response = await client.get(f"{self.base_url}{path}")
+        except httpx.TimeoutException:
+            raise TimeoutError(f"{where}: no answer in {timeout:g} s") from None
+        except httpx.HTTPError as error:
+            reason = f"cannot reach {where} ({type(error).__name__}: {error})"
+            raise MemberUnavailable(self.label, reason) from None
+        if not response.is_success:
+            reason = f"{where} answered {response.status_code}: {_quote(response)}"
+            raise MemberUnavailable(self.label, reason)
 
     async def text(self, path: str) -> str | None:
         """The text of ``GET path``, once, for an optional fact (None where it fails)."""
@@ -98,11 +122,13 @@ class RemoteClient:
                     f"{_quote(response)}"
                 )
             try:
-                return response.json()
+                answer = response.json()
             except ValueError:
                 raise MemberServerError(
                     f"member {self.label!r}: {where} did not answer JSON; is the URL right?"
                 ) from None
+            self.answered_at = time.monotonic()
+            return answer
         tries = f"{self.retries + 1} attempt" + ("s" if self.retries else "")
         raise MemberUnavailable(self.label, f"{reason} ({tries})")
 

@@ -2,9 +2,12 @@
 
 A member in this process is ready once it is loaded (a server loads its members as it
 starts; ``create_app`` without ``load`` loads each at its first request, and counts it ready
-until then). A member on a server is asked now: its backend's first check (what the server
-is and how it scores), then one cheap request per probe, so a server that went away is seen
-at the next probe.
+until then). A member on a server is asked now: its backend's first check (what the
+server is and how it scores), then one cheap request on a connection of its own, so that
+answers filling the member's pool under load cannot hold the probe back, and a server
+that went away is seen at the next probe. A probe that times out while the server
+answered an answer's request in the last :data:`RECENT_S` seconds counts as ready: the
+server is busy, not gone.
 """
 
 from __future__ import annotations
@@ -19,6 +22,9 @@ from specem_chain.errors import SpecEMError
 
 PROBE_S = 5.0
 """How long one member's probe may take before it counts as not ready."""
+
+RECENT_S = 10.0
+"""A member whose probe times out is still ready if its server answered this recently."""
 
 PROBES = {"tgi": "/info", "vllm": "/v1/models", "openai": "/models"}
 """A cheap request each kind of server answers while it serves."""
@@ -47,14 +53,14 @@ async def probe(member: Member, timeout: float = PROBE_S) -> dict[str, Any]:
         return {"member": member.label, "ready": True, "runs_on": local_runs_on(member)}
     backend = loaded_backend(member)
 
-    async def ask() -> None:
-        await backend.ready()
-        await backend.client.get(PROBES[member.kind])
-
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
     try:
-        await asyncio.wait_for(ask(), timeout)
-    except asyncio.TimeoutError:
-        return not_ready(member, f"no answer in {timeout:g} s")
+        await asyncio.wait_for(backend.ready(), timeout)
+        await backend.client.probe(PROBES[member.kind], max(deadline - loop.time(), 0.01))
+    except (asyncio.TimeoutError, TimeoutError) as error:  # one class from Python 3.11
+        if not backend.client.answered_within(RECENT_S):
+            return not_ready(member, str(error) or f"no answer in {timeout:g} s")
     except Exception as error:  # every failure is the member's not being ready
         return not_ready(member, str(error) or type(error).__name__)
     return {"member": member.label, "ready": True, "runs_on": remote_runs_on(member, backend)}

@@ -87,14 +87,32 @@ def eval_command(
             "example keeps its own sampling seed."
         ),
     ] = "stored",
+    choose: Annotated[
+        bool,
+        typer.Option(
+            "--choose",
+            help="Run each of the --members alone and choose among them: the anchor (the "
+            "best score), the members close enough to help it (at least 90% of its score) "
+            "and the ensemble to run; writes choice.json and choice.md.",
+        ),
+    ] = False,
     *,
     settings: RequestSettings,
 ) -> None:
     """Compare the ensemble with its members and baselines on a task; resumable. The
     window, answer length, repetition penalty and temperature are every system's (a
-    variant may still set its own sampling)."""
+    variant may still set its own sampling). With --choose, choose which members to
+    ensemble from each member alone."""
+    specs = _split(members)
+    if choose and systems is not None:
+        raise fail("--choose runs every member alone and chooses among them: leave out --systems")
+    if choose and len(specs) < 2:
+        raise fail(
+            f"--choose chooses among members: name two or more with --members (got {len(specs)})"
+        )
     try:
         from ..errors import SpecEMError
+        from . import choose as choosing
         from . import run, summary
         from .systems import (
             Settings,
@@ -113,12 +131,15 @@ def eval_command(
     evaluation = TASKS[task.value]
     out_dir = out_dir or Path("eval") / task.value
     try:
-        ensemble = eval_members(_split(members), backend, settings)
+        ensemble = eval_members(specs, backend, settings)
         examples = run.ordered(_skipped(evaluation.load(data, limit), skip), order)
         shared = Settings(seed=seed, max_tokens=settings.max_tokens, window=settings.window)
-        names = split_names(systems or "") or system_names(ensemble, evaluation)
-        chosen = build_systems(names, ensemble, evaluation, shared)
         members_alone = [member_system_name(m) for m in ensemble]
+        if choose:
+            names = members_alone
+        else:
+            names = split_names(systems or "") or system_names(ensemble, evaluation)
+        chosen = build_systems(names, ensemble, evaluation, shared)
         solo = build_systems(members_alone, ensemble, evaluation, shared)
         manifest = {
             "task": evaluation.name,
@@ -151,8 +172,46 @@ def eval_command(
     comparison = summary.compare_with_best_member(evaluation, scores, result, members_alone)
     cost = summary.costs(store.records, scores)
     summary.write(result, out_dir, title, comparison, cost)
+    if choose:
+        options = rerun_options(evaluation.name, data, limit, skip, seed, order, backend, settings)
+        options += ["--out", f"{out_dir}-ensemble"]
+        spelled = {m.label: spec for m, spec in zip(ensemble, specs)}
+        document = choosing.from_run(evaluation, scores, result, cost, spelled, options)
+        typer.echo(choosing.write(document, out_dir, title), nl=False)
+        err.print(f"results in {out_dir}: choice.md, choice.json and the summary's files")
+        return
     typer.echo(summary.markdown(result, comparison, cost), nl=False)
     err.print(f"results in {out_dir}: summary.md, {{summary,metrics,paired,cost}}.json, chart.png")
+
+
+def rerun_options(
+    task: str,
+    data: Path,
+    limit: int | None,
+    skip: int,
+    seed: int,
+    order: str,
+    backend: BackendName,
+    settings: RequestSettings,
+) -> list[str]:
+    """The options that give another ``specem eval`` this run's examples and settings
+    (those left at their defaults left out)."""
+    given: dict[str, object] = {
+        "--limit": limit,
+        "--skip": skip or None,
+        "--seed": seed or None,
+        "--order": None if order == "stored" else order,
+        "--backend": None if backend == "auto" else backend,
+    }
+    defaults = RequestSettings()
+    for name in EVERY_SYSTEM:
+        if (value := getattr(settings, name)) != getattr(defaults, name):
+            given[f"--{name.replace('_', '-')}"] = value
+    options = ["--task", task, "--data", str(data)]
+    for option, value in given.items():
+        if value is not None:
+            options += [option, str(value)]
+    return options
 
 
 def replay_command(

@@ -120,9 +120,10 @@ def summarise(task: Task, scores: Scores, seed: int = 0) -> Summary:
 
 
 class Paired(TypedDict):
-    """A system against the best member, example by example, on the headline metric: how
-    many examples it scores above and below, the mean difference with a paired bootstrap
-    95% interval, and (for a 0/1 metric such as exact match) the exact McNemar p-value."""
+    """A system against another (the best member, or the anchor), example by example, on
+    the headline metric: how many examples it scores above and below, the mean difference
+    with a paired bootstrap 95% interval, and (for a 0/1 metric such as exact match) the
+    exact McNemar p-value."""
 
     better: int
     worse: int
@@ -167,16 +168,23 @@ def compare_with_best_member(
     the ``members``' system names) with the best headline score; None if no member has
     finished an example. Intervals of two systems can overlap while one is better on most
     examples; this says which."""
-    metric = task.metrics[0]
-    headline = summary[metric]
+    headline = summary[task.metrics[0]]
     finished = [m for m in members if m in headline]
     if not finished:
         return None
     best = max(finished, key=lambda m: headline[m]["score"])
-    theirs = scores[best]
+    return best, compare_with(task, scores, summary, best)
+
+
+def compare_with(task: Task, scores: Scores, summary: Summary, reference: str) -> dict[str, Paired]:
+    """Every other system with a summary against the system ``reference``, example by
+    example on the headline metric, over the examples both have answered."""
+    metric = task.metrics[0]
+    headline = summary[metric]
+    theirs = scores[reference]
     paired: dict[str, Paired] = {}
     for system, ours in scores.items():
-        if system == best or system not in headline:
+        if system == reference or system not in headline:
             continue
         shared = [i for i in ours if i in theirs]
         if not shared:
@@ -194,7 +202,7 @@ def compare_with_best_member(
             ci_high=high,
             p_value=mcnemar_exact(better, worse) if binary else None,
         )
-    return best, paired
+    return paired
 
 
 def markdown(
@@ -213,9 +221,9 @@ def markdown(
         header += ["median s", "at the token limit"]
     if comparison is not None:
         header += [f"vs {comparison[0]}: better / worse", "difference (95% CI)", "p"]
-    lines = [_row(header), "|---" * len(header) + "|"]
+    lines = [table_row(header), "|---" * len(header) + "|"]
     for system in systems:
-        cells = [system, *(_score_cell(summary[m][system]) for m in metrics)]
+        cells = [system, *(score_cell(summary[m][system]) for m in metrics)]
         cells.append(str(summary[metrics[0]][system]["n"]))
         if cost is not None:
             spent = cost.get(system)
@@ -225,15 +233,17 @@ def markdown(
         if comparison is not None:
             paired = comparison[1].get(system)
             cells += paired_cells(paired) if paired else ["", "", ""]
-        lines.append(_row(cells))
+        lines.append(table_row(cells))
     return "\n".join(lines) + "\n"
 
 
-def _row(cells: Sequence[str]) -> str:
+def table_row(cells: Sequence[str]) -> str:
+    """A markdown table's row; an empty cell stays one space wide."""
     return "|" + "|".join(f" {cell} " if cell else " " for cell in cells) + "|"
 
 
-def _score_cell(score: Score) -> str:
+def score_cell(score: Score) -> str:
+    """``mean [low, high]``."""
     return f"{score['score']:.3f} [{score['ci_low']:.3f}, {score['ci_high']:.3f}]"
 
 

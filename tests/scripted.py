@@ -70,7 +70,7 @@ class ScriptedSession:
     async def score(self, candidates: Sequence[Segment], scoring: str) -> list[Score]:
         self._tick()
         self.scored.append(list(candidates))
-        return [Score(self.scorer(c), max(c.units, 1)) for c in candidates]
+        return [Score.of([self.scorer(c)] * max(c.units, 1)) for c in candidates]
 
     async def accept(self, segment: Segment) -> int:
         self._tick()

@@ -304,8 +304,9 @@ class Answer:
 def segment_record(event: RoundEvent) -> dict[str, Any]:
     """One round's provenance as plain data: text, member, candidates, scores, weights, and
     what the verifiers said as the policy saw it (``verification``: each verifier's mean
-    log-prob of each candidate and its length in that verifier's tokens, and each
-    candidate's length in bytes); ``resting`` and ``loop_redraft`` when they apply."""
+    log-prob of each candidate, its least likely token's and its length in that verifier's
+    tokens, and each candidate's length in bytes); ``resting`` and ``loop_redraft`` when
+    they apply."""
     record: dict[str, Any] = {
         "text": event.segment,
         "member": event.winner,
@@ -330,6 +331,7 @@ def segment_record(event: RoundEvent) -> dict[str, Any]:
             "tokens": [list(row) for row in v.tokens],
             "units": list(v.units),
             "scoring": v.scoring,
+            "least": [list(row) for row in v.least],
         }
         record["rewards"] = event.rewards
     return record
@@ -378,6 +380,11 @@ class Request:
             raise RequestError(
                 f"scoring={self.config.scoring!r} needs raw logits, which servers do not "
                 f"return; members {remote} are remote: use scoring='mean_logprob'"
+            )
+        labels = [m.label for m in members]
+        if self.config.anchor is not None and self.config.anchor not in labels:
+            raise RequestError(
+                f"anchor={self.config.anchor!r} is not a member; the members: {labels}"
             )
         self.members = settings.tuned(members)
         self.timeout = settings.answer_timeout

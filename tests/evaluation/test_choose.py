@@ -18,6 +18,7 @@ from specem_chain.evaluation.choose import (
     decide,
     markdown,
 )
+from specem_chain.evaluation.choose import reason as choice_reason
 from specem_chain.evaluation.cli import rerun_options
 from specem_chain.evaluation.summary import Cost, Paired, Score
 from specem_chain.request import RequestSettings
@@ -42,14 +43,34 @@ def test_a_tie_goes_to_the_cheaper_member_then_to_the_one_named_first():
     assert (same.anchor, same.helpers) == ("a", ("b",))
 
 
-def test_with_no_member_close_enough_the_anchor_runs_alone():
-    decision = decide([Candidate("a", 0.7, 1.0), Candidate("b", 0.8, 2.0), Candidate("c", 0.1, 1)])
+def test_with_no_member_close_enough_nor_cheap_enough_the_anchor_runs_alone():
+    decision = decide([Candidate("a", 0.7, 1.5), Candidate("b", 0.8, 2.0), Candidate("c", 0.1, 3)])
     assert decision.anchor == "b"
-    assert decision.helpers == ()
-    assert decision.left_out == ("a", "c")  # 0.7 is 87.5% of 0.8
+    assert decision.helpers == () and decision.drafter is None
+    assert decision.left_out == ("a", "c")  # 0.7 is 87.5% of 0.8; 1.5 s is 75% of 2 s
     assert decision.members == ("b",)
     assert decision.system == "member:b"
     assert command(["--task", "gsm8k"], {"a": "a", "b": "b", "c": "c"}, decision) is None
+
+
+def test_a_member_left_out_at_half_the_anchors_time_or_less_drafts_for_it():
+    candidates = [
+        Candidate("a", 0.3, 1.0),
+        Candidate("b", 0.8, 2.0),
+        Candidate("c", 0.1, 0.5),
+        Candidate("d", 0.6, 1.5),
+    ]
+    decision = decide(candidates)
+    assert decision.anchor == "b" and decision.helpers == ()
+    assert decision.drafter == "a"  # the best of those at 2/3 of the time or less (a, c)
+    assert decision.left_out == ("c", "d")
+    assert decision.members == ("b", "a")
+    assert decision.system == "specem[policy=anchor,anchor=b]"
+    assert "a answers in at most 67% of b's time" in choice_reason(decision)
+    # a helper as cheap drafts itself: no drafter beside it
+    helped = decide([Candidate("a", 0.75, 0.9), Candidate("b", 0.8, 2.0), Candidate("c", 0.1, 0.5)])
+    assert helped.helpers == ("a",) and helped.drafter is None
+    assert helped.left_out == ("c",)
 
 
 def test_when_every_member_helps_the_cheapest_helper_comes_first():
@@ -111,12 +132,21 @@ def test_the_rule_against_the_spec_written_out(members):
     k = {m.name: round(32 * m.score) for m in members}
     close = [m.name for m in others if best > 0 and 10 * k[m.name] >= 9 * k[anchor.name]]
     assert sorted(decision.helpers) == sorted(close)
-    assert list(decision.left_out) == [m.name for m in others if m.name not in close]
+    cheap = [m for m in others if m.name not in close and 3 * m.seconds <= 2 * anchor.seconds]
+    cheap_helper = any(3 * by_name[h].seconds <= 2 * anchor.seconds for h in close)
+    best = min(cheap, key=lambda m: (-m.score, m.seconds)) if cheap else None
+    drafter = None if cheap_helper or best is None else best.name
+    assert decision.drafter == drafter
+    assert list(decision.left_out) == [
+        m.name for m in others if m.name not in close and m.name != drafter
+    ]
     seconds = [by_name[h].seconds for h in decision.helpers]
     assert seconds == sorted(seconds)
     assert decision.members[0] == anchor.name
     assert decision.system == (
-        f"specem[policy=anchor,anchor={anchor.name}]" if close else f"member:{anchor.name}"
+        f"specem[policy=anchor,anchor={anchor.name}]"
+        if close or drafter
+        else f"member:{anchor.name}"
     )
 
 
@@ -140,7 +170,8 @@ def score(mean: float, n: int = 4) -> Score:
 
 
 def test_the_document_and_table_give_every_members_verdict_and_evidence():
-    decision = decide([Candidate("a", 0.5, 2.0), Candidate("b", 0.75, 4.0), Candidate("c", 0, 1)])
+    # neither a nor c answers in two thirds of b's time: no drafter
+    decision = decide([Candidate("a", 0.5, 3.0), Candidate("b", 0.75, 4.0), Candidate("c", 0, 3)])
     summary = {
         "exact_match": {"member:a": score(0.5), "member:b": score(0.75), "member:c": score(0)}
     }
@@ -154,7 +185,7 @@ def test_the_document_and_table_give_every_members_verdict_and_evidence():
     }
     cost = {
         name: Cost(median_seconds=seconds, at_limit=0, n=4)
-        for name, seconds in (("member:a", 2.0), ("member:b", 4.0), ("member:c", 1.0))
+        for name, seconds in (("member:a", 3.0), ("member:b", 4.0), ("member:c", 3.0))
     }
     document = choice(decision, "exact_match", summary, paired, cost, None)
     assert json.loads(json.dumps(document)) == document
@@ -164,7 +195,7 @@ def test_the_document_and_table_give_every_members_verdict_and_evidence():
     assert members["a"]["share_of_anchor"] == pytest.approx(2 / 3)
     assert members["a"]["paired_with_anchor"] == paired["member:a"]
     assert members["b"]["paired_with_anchor"] is None
-    assert [m["seconds_ratio"] for m in members.values()] == [0.5, 1.0, 0.25]
+    assert [m["seconds_ratio"] for m in members.values()] == [0.75, 1.0, 0.75]
     assert document["recommendation"]["system"] == "member:b"
     assert document["recommendation"]["members"] == ["b"]
     assert "run b alone" in document["recommendation"]["reason"]

@@ -445,7 +445,7 @@ class LlamaCppSession(LocalSession):
                     # The logits from the token before the candidate on predict the
                     # candidate's tokens; its last token predicts nothing and is not read.
                     logits = self.backend.logits(self, self.ids[:start] + seq[:-1], start - 1)
-                scores.append(Score(mean_score(logits, seq, scoring), len(seq)))
+                scores.append(token_score(logits, seq, scoring))
         return scores
 
     def _drafted_logits(self, start: int, seq: list[int]) -> Logits | None:
@@ -460,11 +460,12 @@ class LlamaCppSession(LocalSession):
         return None
 
 
-def mean_score(logits: Logits, targets: Sequence[int], scoring: Scoring) -> float:
-    """Mean log-probability (or raw logit) of ``targets[i]`` under ``logits[i]``."""
+def token_score(logits: Logits, targets: Sequence[int], scoring: Scoring) -> Score:
+    """The score of ``targets``, each token's log-probability (or raw logit) under
+    ``logits[i]``."""
     rows = logits.astype(np.float64)
     picked = rows[np.arange(len(targets)), targets]
     if scoring == "mean_logprob":
         top = rows.max(axis=1)
         picked = picked - top - np.log(np.exp(rows - top[:, None]).sum(axis=1))
-    return float(picked.mean())
+    return Score.of(picked.tolist())

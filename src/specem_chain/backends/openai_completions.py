@@ -217,7 +217,7 @@ class OpenAICompletionsSession:
         mine = [v for v in echo.logprobs[start:] if v is not None]
         if not mine or len(mine) < len(echo.logprobs) - start:
             raise MemberServerError(f"member {self.backend.member.label!r}: {NO_ECHO_LOGPROBS}")
-        return Score(math.fsum(mine) / len(mine), len(mine))
+        return Score.of(mine)
 
     async def accept(self, segment: Segment) -> int:
         before = self.echoed.count

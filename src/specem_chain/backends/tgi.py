@@ -18,7 +18,6 @@ by the server's own chat template (``/chat_tokenize``) plus the accepted segment
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -197,7 +196,7 @@ class TGISession:
             raise ValueError("cannot score an empty candidate that does not end the turn")
         if any(p is None for p in logprobs):
             raise MemberServerError(f"member {self.backend.member.label!r}: {NO_PREFILL_LOGPROBS}")
-        return Score(math.fsum(logprobs) / len(logprobs), len(logprobs))
+        return Score.of(logprobs)
 
     async def accept(self, segment: Segment) -> int:
         before = len(self.ids)

@@ -215,13 +215,13 @@ class TransformersSession(LocalSession):
         assert self.next_logits is not None
         spans = [self._candidate(c) for c in candidates]
         after = [k for k, (start, _) in enumerate(spans) if start == len(self.ids)]
-        means = dict(zip(after, self._score_inline([spans[k][1] for k in after], scoring)))
+        scores = dict(zip(after, self._score_inline([spans[k][1] for k in after], scoring)))
         for k, (start, seq) in enumerate(spans):
-            if k not in means:
-                means[k] = self._score_apart(start, seq, scoring)
-        return [Score(means[k], len(seq)) for k, (_, seq) in enumerate(spans)]
+            if k not in scores:
+                scores[k] = self._score_apart(start, seq, scoring)
+        return [scores[k] for k in range(len(spans))]
 
-    def _score_inline(self, sequences: list[list[int]], scoring: Scoring) -> list[float]:
+    def _score_inline(self, sequences: list[list[int]], scoring: Scoring) -> list[Score]:
         """Score candidates that start after the context in one pass over the cached
         prefix, keeping their cache entries for :meth:`_accept`."""
         if not sequences:
@@ -243,11 +243,11 @@ class TransformersSession(LocalSession):
         for seq in sequences:
             # The first token is predicted by the context; the rest by the candidate itself.
             predictors = torch.cat([self.next_logits[None], logits[offset : offset + len(seq) - 1]])
-            scores.append(mean_score(predictors, seq, scoring))
+            scores.append(token_score(predictors, seq, scoring))
             offset += len(seq)
         return scores
 
-    def _score_apart(self, start: int, seq: list[int], scoring: Scoring) -> float:
+    def _score_apart(self, start: int, seq: list[int], scoring: Scoring) -> Score:
         """Score a candidate whose first token merged with the context's last ones: read it
         after the context's first ``start`` tokens, then restore the context."""
         self._rollback(start - 1)
@@ -255,7 +255,7 @@ class TransformersSession(LocalSession):
             logits = self._forward([self.ids[start - 1], *seq[:-1]])
         finally:
             self._read_from(start - 1)
-        return mean_score(logits, seq, scoring)
+        return token_score(logits, seq, scoring)
 
     def _keep_verified(self, sequences: list[list[int]], prefix: int, logits: torch.Tensor) -> None:
         """Keep each candidate's cache entries from the verification pass.
@@ -291,12 +291,13 @@ class TransformersSession(LocalSession):
         return grew
 
 
-def mean_score(predictors: torch.Tensor, targets: Sequence[int], scoring: Scoring) -> float:
-    """Mean log-probability (or raw logit) of ``targets[i]`` under ``predictors[i]``."""
+def token_score(predictors: torch.Tensor, targets: Sequence[int], scoring: Scoring) -> Score:
+    """The score of ``targets``, each token's log-probability (or raw logit) under
+    ``predictors[i]``."""
     if scoring == "mean_logprob":
         predictors = torch.log_softmax(predictors, dim=-1)
     target = torch.tensor(list(targets), device=predictors.device)
-    return predictors.gather(1, target[:, None]).mean().item()
+    return Score.of(predictors.gather(1, target[:, None])[:, 0].tolist())
 
 
 def inline_mask(

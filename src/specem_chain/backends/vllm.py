@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import re
 from collections.abc import Sequence
 from typing import Any, Literal
@@ -513,7 +512,7 @@ class VLLMSession:
             prompts.append(ids)
             starts.append(max(start, 1))
         found = await self.backend.token_logprobs(prompts, starts)
-        return [Score(math.fsum(mine) / len(mine), len(mine)) for mine in found]
+        return [Score.of(mine) for mine in found]
 
     async def accept(self, segment: Segment) -> int:
         before = len(self.ids)

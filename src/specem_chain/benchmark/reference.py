@@ -95,7 +95,6 @@ class ReferenceSession:
         for seq in sequences:
             predictors = torch.cat([logits[n - 1 : n], logits[offset : offset + len(seq) - 1]])
             logprobs = torch.log_softmax(predictors, dim=-1)
-            mean = logprobs.gather(1, torch.tensor(seq)[:, None]).mean().item()
-            scores.append(Score(mean, len(seq)))
+            scores.append(Score.of(logprobs.gather(1, torch.tensor(seq)[:, None])[:, 0].tolist()))
             offset += len(seq)
         return scores

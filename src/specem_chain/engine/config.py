@@ -7,10 +7,10 @@ from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from .policy import Judgement, Paper, Peer, Pool, Verification
+from .policy import Anchor, Judgement, Paper, Peer, Pool, Verification
 from .types import Scoring
 
-PolicyName = Literal["paper", "pool", "peer"]
+PolicyName = Literal["paper", "pool", "peer", "anchor"]
 
 
 class RoundPolicy(Protocol):
@@ -28,8 +28,15 @@ class EngineSettings(BaseModel):
     policy: PolicyName = Field(
         "pool",
         description='How a round\'s winner is chosen and the weights move: "pool" (per-byte '
-        'log-probs pooled by weight), "paper" (the paper\'s rules) or "peer" (no member '
-        "judges its own draft); see Concepts -> Policies.",
+        'log-probs pooled by weight), "paper" (the paper\'s rules), "peer" (no member '
+        'judges its own draft) or "anchor" (one member, the anchor, writes; the others '
+        "draft for it and vote only where it is torn); see Concepts -> Policies.",
+    )
+    anchor: str | None = Field(
+        None,
+        min_length=1,
+        description='With policy="anchor": the anchor\'s member name. Unset: the member '
+        "with the highest starting weight (a task's, with Feedback), else the first.",
     )
     learning_rate: float = Field(
         1.0, ge=0.0, le=100.0, description="Hedge step size; 0 turns online feedback off."
@@ -74,6 +81,15 @@ class EngineSettings(BaseModel):
     )
 
     @model_validator(mode="after")
+    def _anchor_needs_its_policy(self) -> EngineSettings:
+        if self.anchor is not None and self.policy != "anchor":
+            raise ValueError(
+                f"anchor={self.anchor!r} names the anchored policy's anchor; it needs "
+                f"policy='anchor', not {self.policy!r}"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _per_byte_policies_need_log_probs(self) -> EngineSettings:
         if self.policy != "paper" and self.scoring != "mean_logprob":
             raise ValueError(
@@ -97,9 +113,17 @@ class EngineConfig(EngineSettings):
             raise ValueError("stop sequences must not be empty strings")
         return stop
 
-    def round_policy(self) -> RoundPolicy:
-        """The policy named by :attr:`policy`, with these settings."""
+    def round_policy(self, anchor: int = 0) -> RoundPolicy:
+        """The policy named by :attr:`policy`, with these settings (``anchor``: the anchor's
+        seat, for the anchored policy)."""
+        if self.policy == "anchor":
+            return Anchor(self.learning_rate, anchor=anchor)
         return POLICIES[self.policy](self.learning_rate)
 
 
-POLICIES: dict[str, type[Paper] | type[Pool]] = {"paper": Paper, "pool": Pool, "peer": Peer}
+POLICIES: dict[str, type[Paper] | type[Pool]] = {
+    "paper": Paper,
+    "pool": Pool,
+    "peer": Peer,
+    "anchor": Anchor,
+}

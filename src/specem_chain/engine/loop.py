@@ -17,8 +17,9 @@ from .answer_text import AnswerText
 from .config import EngineConfig
 from .constraints import AnswerFormat
 from .events import RoundEvent, RoundTiming
+from .policy import anchor_seat
 from .roster import Roster, Seat
-from .rounds import accept, draft_round, judge_round
+from .rounds import accept, anchored_round, plain_round
 from .types import Segment
 
 
@@ -42,7 +43,9 @@ async def run_rounds(
     ``weights`` are the members' starting weights (default: uniform).
     """
     roster = Roster(seats, config.min_members, weights, config.gate, config.exit)
-    policy = config.round_policy()
+    anchored = config.policy == "anchor"
+    policy = config.round_policy(anchor_seat(roster.names, roster.weights, config.anchor))
+    decide = anchored_round if anchored else plain_round
     shape = answer_format or AnswerFormat()
     answer = AnswerText(config.stop, config.max_tokens, shape.prefix)
     base = config.seed if config.seed is not None else random.randrange(2**31)
@@ -50,14 +53,13 @@ async def run_rounds(
         prefix = Segment(shape.prefix)
         await roster.call(sorted(roster.alive), lambda i: seats[i].session.accept(prefix))
     for index in itertools.count(1):
-        started, known_drops = time.perf_counter(), len(roster.dropped)
+        known_drops = len(roster.dropped)
         window = answer.window(config.window)
         seed = partial(round_seed, base, index)
-        drafted = await draft_round(roster, answer, shape, window, seed, index, config.run_on)
-        drafted_at = time.perf_counter()
-        verdict = await judge_round(roster, drafted, policy, config, index)
-        verified_at = time.perf_counter()
+        decided = await decide(roster, answer, shape, window, seed, index, config, policy)
+        drafted, verdict = decided.drafted, decided.verdict
         judgement, verification = verdict.judgement, verdict.verification
+        accepting = time.perf_counter()
         finish = await accept(roster, answer, drafted, judgement.winner)
         names = roster.names
         yield RoundEvent(
@@ -71,9 +73,9 @@ async def run_rounds(
             weights=dict(zip(names, roster.weights)),
             finish_reason=finish,
             timing=RoundTiming(
-                drafted_at - started,
-                verified_at - drafted_at,
-                time.perf_counter() - verified_at,
+                decided.draft_s,
+                decided.verify_s,
+                time.perf_counter() - accepting,
                 drafted.seconds,
                 verdict.seconds,
             ),

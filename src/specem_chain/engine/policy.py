@@ -12,7 +12,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from .types import Scoring
+from .types import Score, Scoring
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,8 @@ class Verification:
     units: tuple[int, ...]
     """The candidate's length in UTF-8 bytes, plus one when it ends the turn."""
     scoring: Scoring = "mean_logprob"
+    least: tuple[tuple[float, ...], ...] = ()
+    """Each candidate's least likely token's score, per verifier (empty where unknown)."""
 
 
 @dataclass(frozen=True)
@@ -302,3 +304,65 @@ class Peer(Pool):
             for a, drafter in enumerate(v.drafters)
         ]
         return replace(judged, winner=argmax(scores))
+
+
+# -- the anchored policy -----------------------------------------------------------------
+
+AGREE = -2.0
+"""The least token log-prob at which the anchor takes another member's draft without
+drafting its own (see :class:`Anchor`); chosen on development data (Concepts -> Policies)."""
+
+MARGIN = 0.02
+"""Per-byte log-prob within which the anchor's preference counts as a near tie, which the
+weighted vote of every verifier then decides (about one nat over a 50-byte segment)."""
+
+
+def anchor_seat(names: Sequence[str], weights: Sequence[float], anchor: str | None) -> int:
+    """The anchor's seat: the member named ``anchor`` where it is seated, else the heaviest
+    (by a task's weights; the first member when they are equal)."""
+    if anchor in names:
+        return list(names).index(anchor)
+    return argmax(list(weights))
+
+
+def agreed(scores: Sequence[Score], units: Sequence[int], agree: float = AGREE) -> int | None:
+    """The candidate the anchor takes unseen by a draft of its own, from its ``scores`` of
+    the others' candidates: of those whose every token has at least ``agree`` log-prob
+    under the anchor, the one it finds likeliest per byte; None: it takes none."""
+    taken = [k for k, s in enumerate(scores) if s.least >= agree]
+    if not taken:
+        return None
+    return max(taken, key=lambda k: (scores[k].mean * scores[k].tokens / max(units[k], 1), -k))
+
+
+@dataclass(frozen=True)
+class Anchor(Pool):
+    """One member, the anchor (seat :attr:`anchor`), writes the answer; the others draft
+    for it and vote only where it is torn.
+
+    Each round the other members draft first and the anchor scores their candidates
+    alone: it takes the likeliest one whose every token it finds likely enough
+    (:func:`agreed`) without drafting. Otherwise it drafts too, every verifier scores every
+    candidate, and this judgement decides: the candidates the anchor finds within
+    :attr:`margin` per byte of its favourite are the near ties, and among them the
+    weighted pool of every verifier's per-byte log-probs (as :class:`Pool`) chooses; the
+    others together can never carry a candidate the anchor clearly finds less likely.
+    Rewards and weights move as under :class:`Pool`. Without the anchor among the
+    verifiers (it was dropped), a round is :class:`Pool`'s."""
+
+    anchor: int = 0
+    margin: float = MARGIN
+    agree: float = AGREE
+
+    def judge(self, v: Verification, weights: Sequence[float], round_index: int) -> Judgement:
+        judged = Pool.judge(self, v, weights, round_index)
+        if self.anchor not in v.verifiers:
+            return judged
+        ell = per_unit(v)
+        mine = ell[v.verifiers.index(self.anchor)]
+        near = [k for k, x in enumerate(mine) if x >= max(mine) - self.margin]
+        pooled = {
+            k: math.fsum(weights[seat] * ell[j][k] for j, seat in enumerate(v.verifiers))
+            for k in near
+        }
+        return replace(judged, winner=max(near, key=lambda k: (pooled[k], -k)))

@@ -98,6 +98,10 @@ class Roster:
         """The live drafters, but those resting."""
         return [i for i in self._live_drafters() if i not in self.resting]
 
+    def live_drafters(self, seats: Iterable[int]) -> list[int]:
+        """Those of ``seats`` that are live drafters, resting or not."""
+        return [i for i in sorted(set(seats)) if i in self._live_drafters()]
+
     def _live_drafters(self) -> list[int]:
         return [i for i in sorted(self.alive) if self.seats[i].drafts]
 

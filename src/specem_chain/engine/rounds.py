@@ -6,8 +6,9 @@ and :class:`AnswerText` (the answer so far), so each can be tested with scripted
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 
 from ..errors import AnswerFormatError, EnsembleError
@@ -16,9 +17,9 @@ from .boundary import clean_boundary
 from .config import EngineConfig, RoundPolicy
 from .constraints import AnswerFormat
 from .events import Candidate, FinishReason
-from .policy import Judgement, Verification
+from .policy import Anchor, Judgement, Verification, agreed, per_unit, softmax_rows
 from .roster import Roster
-from .types import Draft, Segment
+from .types import Draft, Score, Segment
 
 REDRAFTS = 3
 """Drafting attempts per round before a round where every draft is empty fails."""
@@ -55,13 +56,15 @@ async def draft_round(
     seed: Callable[[int, int], int],
     round_index: int,
     run_on: bool = False,
+    only: Sequence[int] | None = None,
 ) -> Drafted:
     """Every live drafter drafts its :attr:`~.types.Sampling.drafts` candidates, but those
-    resting; drafts are cleaned at their last word boundary and shaped by the answer
-    format. A round where no candidate could move the answer on is redrafted, up to
+    resting (given ``only``: those of them that are live drafters, resting or not);
+    drafts are cleaned at their last word boundary and shaped by the answer format. A
+    round where no candidate could move the answer on is redrafted, up to
     :data:`REDRAFTS` times; so is, once, a round that would make the answer go round a loop
-    (:meth:`AnswerText.goes_round`) when a drafter's
-    :attr:`~.types.Sampling.loop_penalty` is over 1: every drafter drafts again with new
+    (:meth:`AnswerText.goes_round`) when a drafter's :attr:`~.types.Sampling.loop_penalty`
+    is over 1: every drafter drafts again with new
     seeds and at least its loop penalty as its repetition penalty. In-process members draft
     under the format token by token (:meth:`AnswerFormat.fits`)."""
     seats = roster.seats
@@ -84,7 +87,7 @@ async def draft_round(
     looping = False
     for attempt in range(REDRAFTS):
         # asked again each attempt: when every drafter was dropped, a resting one drafts again
-        drafting = roster.drafters()
+        drafting = roster.drafters() if only is None else roster.live_drafters(only)
         for i in drafting:
             tokens.setdefault(seats[i].name, 0)
         drafted = await roster.call(drafting, partial(draft, attempt, looping), seconds)
@@ -168,14 +171,24 @@ def _shaped(
 
 
 async def verify_round(
-    roster: Roster, drafted: Drafted, config: EngineConfig, seconds: dict[str, float]
+    roster: Roster,
+    drafted: Drafted,
+    config: EngineConfig,
+    seconds: dict[str, float],
+    known: dict[int, list[Score]] | None = None,
 ) -> Verification:
-    """Every live verifier scores every candidate; ``seconds`` takes each one's time."""
+    """Every live verifier scores every candidate; ``seconds`` takes each one's time.
+    ``known``: scores a verifier gave the first candidates already, which it is not asked
+    again."""
     segments = drafted.segments
     seats = roster.seats
-    scores = await roster.call(
-        roster.verifiers(), lambda j: seats[j].session.score(segments, config.scoring), seconds
-    )
+
+    async def score(j: int) -> list[Score]:
+        given = (known or {}).get(j, [])
+        rest = segments[len(given) :]
+        return [*given, *(await seats[j].session.score(rest, config.scoring) if rest else [])]
+
+    scores = await roster.call(roster.verifiers(), score, seconds)
     return Verification(
         members=len(seats),
         drafters=tuple(drafted.drafters),
@@ -184,6 +197,7 @@ async def verify_round(
         tokens=tuple(tuple(s.tokens for s in row) for row in scores.values()),
         units=tuple(s.units for s in segments),
         scoring=config.scoring,
+        least=tuple(tuple(s.least for s in row) for row in scores.values()),
     )
 
 
@@ -220,16 +234,21 @@ class Verdict:
 
 
 async def judge_round(
-    roster: Roster, drafted: Drafted, policy: RoundPolicy, config: EngineConfig, round_index: int
+    roster: Roster,
+    drafted: Drafted,
+    policy: RoundPolicy,
+    config: EngineConfig,
+    round_index: int,
+    known: dict[int, list[Score]] | None = None,
 ) -> Verdict:
-    """Verify the candidates (when needed) and let the policy choose; the roster takes the
-    policy's new weights."""
+    """Verify the candidates (when needed; ``known`` as :func:`verify_round` takes it) and
+    let the policy choose; the roster takes the policy's new weights."""
     if not needs_verifying(drafted, config):
         verifiers = tuple(roster.verifiers())
         judgement = unverified(drafted, roster.weights, len(verifiers), config.fast_finish)
         return Verdict(verifiers, judgement)
     seconds: dict[str, float] = {}
-    verification = await verify_round(roster, drafted, config, seconds)
+    verification = await verify_round(roster, drafted, config, seconds, known)
     judgement = policy.judge(verification, roster.weights, round_index)
     roster.reweigh(judgement.weights)
     return Verdict(verification.verifiers, judgement, verification, seconds)
@@ -254,3 +273,122 @@ async def accept(
     if answer.count(tokens) and finish is None:
         finish = "length"
     return finish
+
+
+@dataclass(frozen=True)
+class Decided:
+    """A round up to its winner: the candidates, how they were judged, and the wall time
+    spent drafting and verifying."""
+
+    drafted: Drafted
+    verdict: Verdict
+    draft_s: float
+    verify_s: float
+
+
+async def plain_round(
+    roster: Roster,
+    answer: AnswerText,
+    shape: AnswerFormat,
+    window: int,
+    seed: Callable[[int, int], int],
+    round_index: int,
+    config: EngineConfig,
+    policy: RoundPolicy,
+) -> Decided:
+    """Every drafter drafts, then the verifiers and the policy judge."""
+    started = time.perf_counter()
+    drafted = await draft_round(roster, answer, shape, window, seed, round_index, config.run_on)
+    drafted_at = time.perf_counter()
+    verdict = await judge_round(roster, drafted, policy, config, round_index)
+    return Decided(drafted, verdict, drafted_at - started, time.perf_counter() - drafted_at)
+
+
+async def anchored_round(
+    roster: Roster,
+    answer: AnswerText,
+    shape: AnswerFormat,
+    window: int,
+    seed: Callable[[int, int], int],
+    round_index: int,
+    config: EngineConfig,
+    policy: RoundPolicy,
+) -> Decided:
+    """The anchored policy's round (:class:`~.policy.Anchor`): the other drafters draft and
+    the anchor alone scores their candidates; it takes one it agrees with
+    (:func:`~.policy.agreed`) without drafting, else it drafts too and every verifier
+    judges every candidate. Without another live drafter, or with the anchor dropped, a
+    plain round."""
+    assert isinstance(policy, Anchor)
+    anchor = policy.anchor
+    others = [i for i in roster.drafters() if i != anchor]
+    if anchor not in roster.alive or not others:
+        return await plain_round(roster, answer, shape, window, seed, round_index, config, policy)
+    started = time.perf_counter()
+    only = partial(draft_round, roster, answer, shape, window, seed, round_index, config.run_on)
+    try:
+        early: Drafted | None = await only(others)
+    except EnsembleError:  # the others found no way on: the anchor drafts alone
+        early = None
+    drafted_at = time.perf_counter()
+    verify_s = 0.0
+    rows: dict[int, list[Score]] = {}
+    checking: dict[str, float] = {}
+    if early is not None and roster.seats[anchor].verifies:
+        rows = await roster.call(
+            [anchor],
+            lambda j: roster.seats[j].session.score(early.segments, config.scoring),
+            checking,
+        )
+        verify_s = time.perf_counter() - drafted_at
+        units = [s.units for s in early.segments]
+        if anchor in rows and (taken := agreed(rows[anchor], units, policy.agree)) is not None:
+            verification = Verification(
+                members=len(roster.seats),
+                drafters=tuple(early.drafters),
+                verifiers=(anchor,),
+                means=(tuple(s.mean for s in rows[anchor]),),
+                tokens=(tuple(s.tokens for s in rows[anchor]),),
+                units=tuple(units),
+                scoring=config.scoring,
+                least=(tuple(s.least for s in rows[anchor]),),
+            )
+            unmoved = [None] * len(roster.seats)
+            judgement = Judgement(
+                taken, softmax_rows(per_unit(verification)), unmoved, list(roster.weights)
+            )
+            verdict = Verdict((anchor,), judgement, verification, checking)
+            return Decided(early, verdict, drafted_at - started, verify_s)
+    contested_at = time.perf_counter()
+    drafted = joined(early, await only([anchor])) if anchor in roster.alive else early
+    if drafted is None:  # the anchor was dropped while the others found no way on
+        return await plain_round(roster, answer, shape, window, seed, round_index, config, policy)
+    judged_at = time.perf_counter()
+    # the anchor's scores of the others' candidates, which come first, are not asked again
+    verdict = await judge_round(roster, drafted, policy, config, round_index, rows)
+    scoring = {
+        name: checking.get(name, 0.0) + verdict.seconds.get(name, 0.0)
+        for name in {**checking, **verdict.seconds}
+    }
+    verdict = replace(verdict, seconds=scoring)
+    draft_s = drafted_at - started + judged_at - contested_at
+    return Decided(drafted, verdict, draft_s, verify_s + time.perf_counter() - judged_at)
+
+
+def joined(first: Drafted | None, second: Drafted) -> Drafted:
+    """The candidates of two drafting steps of one round, as one."""
+    if first is None:
+        return second
+    tokens, seconds = dict(first.tokens), dict(first.seconds)
+    for name, n in second.tokens.items():
+        tokens[name] = tokens.get(name, 0) + n
+    for name, s in second.seconds.items():
+        seconds[name] = seconds.get(name, 0.0) + s
+    return Drafted(
+        first.candidates + second.candidates,
+        first.drafters + second.drafters,
+        tokens,
+        first.resting,
+        first.loop_redraft or second.loop_redraft,
+        seconds,
+    )

@@ -7,6 +7,7 @@ types; the engine imports nothing above itself.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, TypedDict
@@ -91,10 +92,20 @@ class Segment:
 @dataclass(frozen=True)
 class Score:
     """A verifier's view of one candidate: its mean per-token score and its length in the
-    verifier's own tokens (so ``mean * tokens`` is the candidate's total log-probability)."""
+    verifier's own tokens (so ``mean * tokens`` is the candidate's total log-probability),
+    and its least likely token's score."""
 
     mean: float
     tokens: int
+    least: float
+    """The lowest per-token score: a candidate likely on the whole may hold one token the
+    verifier finds unlikely (a wrong digit)."""
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> Score:
+        """The score of a candidate whose tokens score ``values``."""
+        values = [float(v) for v in values]
+        return cls(math.fsum(values) / len(values), len(values), min(values))
 
 
 class MemberSession(Protocol):

@@ -9,9 +9,14 @@ about 10% apart ensemble worse than the better one alone. Read relative to the b
 - another member **helps** when its score is at least :data:`CLOSE_ENOUGH` (90%) of the
   anchor's, and is **left out** otherwise. An anchor that scores 0 leaves every other
   member out: such examples tell nothing about who would help;
-- the ensemble to run is the anchor and its helpers under the anchored policy,
-  ``specem[policy=anchor,anchor=NAME]``, the cheapest helper named first (the cheaper
-  members draft and the anchor verifies); with no helper, the anchor alone.
+- of the members left out that answer alone in at most :data:`DRAFTER_SECONDS` of the
+  anchor's time, the best scoring is the anchor's **drafter** (the likeliest to write
+  what the anchor would), where no helper is that cheap: under the
+  anchored policy the others draft first and the anchor takes a draft only where it finds
+  every token likely, so a weaker member can save the anchor's own drafting without
+  writing what the anchor would not;
+- the ensemble to run is the anchor, its drafter and its helpers under the anchored
+  policy, ``specem[policy=anchor,anchor=NAME]``; with neither, the anchor alone.
 
 :func:`decide` is the rule, on plain numbers. :func:`from_run` applies it to a finished
 run and gathers the evidence (scores with their intervals, paired differences with the
@@ -44,6 +49,10 @@ CLOSE_ENOUGH = 0.9
 """A member helps when its score is at least this share of the anchor's (UniTE: members
 more than about 10% apart ensemble worse than the better one alone)."""
 SOURCE = "UniTE (Yao et al., ICLR 2025, arXiv 2410.03777)"
+DRAFTER_SECONDS = 2 / 3
+"""The most a drafter's median seconds an answer may be, as a share of the anchor's: a
+draft the anchor takes costs the drafter's drafting and the anchor's scoring (about a
+quarter of its drafting), so a slower drafter can save nothing."""
 EDGE = 1e-9
 """Slack for a share computed in floating point: 9/32 against 10/32 is exactly 90%."""
 
@@ -67,16 +76,19 @@ class Decision:
     helpers: tuple[str, ...]
     left_out: tuple[str, ...]
     shares: dict[str, float | None]
+    drafter: str | None = None
+    """A member left out that drafts for the anchor (see the module)."""
 
     @property
     def members(self) -> tuple[str, ...]:
-        """The ensemble to run: the anchor, then its helpers, the cheapest first."""
-        return (self.anchor, *self.helpers)
+        """The ensemble to run: the anchor, then its drafter, then its helpers (the
+        cheapest first)."""
+        return (self.anchor, *([self.drafter] if self.drafter else []), *self.helpers)
 
     @property
     def system(self) -> str:
         """The recommended system's name in ``specem eval``."""
-        if not self.helpers:
+        if len(self.members) == 1:
             return _alone(self.anchor)
         return f"specem[policy=anchor,anchor={self.anchor}]"
 
@@ -96,11 +108,19 @@ def decide(candidates: Sequence[Candidate], close_enough: float = CLOSE_ENOUGH) 
     others = [c for c in candidates if c is not anchor]
     helping = [c for c in others if (s := shares[c.name]) is not None and s >= close_enough - EDGE]
     helpers = sorted(helping, key=lambda c: (c.seconds, order[c.name]))
+    left_out = [c for c in others if c not in helping]
+    cheap = anchor.seconds * DRAFTER_SECONDS + EDGE
+    drafters = sorted(
+        (c for c in left_out if c.seconds <= cheap),
+        key=lambda c: (-c.score, c.seconds, order[c.name]),
+    )
+    drafter = drafters[0].name if drafters and all(c.seconds > cheap for c in helpers) else None
     return Decision(
         anchor=anchor.name,
         helpers=tuple(c.name for c in helpers),
-        left_out=tuple(c.name for c in others if c not in helping),
+        left_out=tuple(c.name for c in left_out if c.name != drafter),
         shares=shares,
+        drafter=drafter,
     )
 
 
@@ -109,7 +129,7 @@ def command(options: Sequence[str], specs: Mapping[str, str], decision: Decision
     alone, on the examples and settings that ``options`` give (``--task``, ``--data``, ...,
     ``--out``); ``specs`` gives each member's ``--members`` spelling by name. None when the
     recommendation is the anchor alone, whose answers the run already has."""
-    if not decision.helpers:
+    if len(decision.members) == 1:
         return None
     members = ",".join(specs[name] for name in decision.members)
     systems = f"{_alone(decision.anchor)},{decision.system}"
@@ -193,17 +213,28 @@ def verdict(decision: Decision, name: str) -> str:
     """``anchor``, ``helps`` or ``leave out``."""
     if name == decision.anchor:
         return "anchor"
+    if name == decision.drafter:
+        return "drafts"
     return "helps" if name in decision.helpers else "leave out"
 
 
 def reason(decision: Decision) -> str:
     """The recommendation in one sentence."""
     anchor, percent = decision.anchor, f"{CLOSE_ENOUGH:.0%}"
+    drafts = (
+        f"{decision.drafter} answers in at most {DRAFTER_SECONDS:.0%} of {anchor}'s time: "
+        f"it drafts, and {anchor} takes its drafts only where it agrees"
+        if decision.drafter
+        else ""
+    )
     if decision.helpers:
-        return (
+        helping = (
             f"{_names(decision.helpers)} scored at least {percent} of {anchor}'s score: "
             f"ensemble them under the anchored policy, {anchor} verifying"
         )
+        return f"{helping}; {drafts}" if drafts else helping
+    if drafts:
+        return f"no other member scored {percent} of {anchor}'s score, but {drafts}"
     if decision.shares[anchor] is None:
         return (
             f"{anchor} scored 0, and so did every member: these examples cannot tell who "

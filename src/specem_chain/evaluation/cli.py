@@ -103,13 +103,10 @@ def eval_command(
     window, answer length, repetition penalty and temperature are every system's (a
     variant may still set its own sampling). With --choose, choose which members to
     ensemble from each member alone."""
+    # one function: the command's steps in order (check, build, run, summarise), each a call
     specs = _split(members)
-    if choose and systems is not None:
-        raise fail("--choose runs every member alone and chooses among them: leave out --systems")
-    if choose and len(specs) < 2:
-        raise fail(
-            f"--choose chooses among members: name two or more with --members (got {len(specs)})"
-        )
+    if choose:
+        _check_choose(systems, specs)
     try:
         from ..errors import SpecEMError
         from . import choose as choosing
@@ -135,23 +132,11 @@ def eval_command(
         examples = run.ordered(_skipped(evaluation.load(data, limit), skip), order)
         shared = Settings(seed=seed, max_tokens=settings.max_tokens, window=settings.window)
         members_alone = [member_system_name(m) for m in ensemble]
-        if choose:
-            names = members_alone
-        else:
-            names = split_names(systems or "") or system_names(ensemble, evaluation)
+        asked = split_names(systems or "") or system_names(ensemble, evaluation)
+        names = members_alone if choose else asked
         chosen = build_systems(names, ensemble, evaluation, shared)
         solo = build_systems(members_alone, ensemble, evaluation, shared)
-        manifest = {
-            "task": evaluation.name,
-            "data": data.name,
-            "members": [m.label for m in ensemble],
-            "seed": seed,
-            "max_tokens": settings.max_tokens,
-            "window": settings.window,
-            "backend": ",".join(sorted({m.backend for m in ensemble if m.kind == "local"})),
-        }
-        if order != "stored":
-            manifest["order"] = order
+        manifest = _manifest(evaluation.name, data, ensemble, seed, settings, order)
         store = run.open_store(out_dir, manifest, recipes(chosen, solo))
     except (SpecEMError, ValueError) as error:  # pydantic's ValidationError too
         raise fail(str(error)) from None
@@ -174,14 +159,53 @@ def eval_command(
     summary.write(result, out_dir, title, comparison, cost)
     if choose:
         options = rerun_options(evaluation.name, data, limit, skip, seed, order, backend, settings)
-        options += ["--out", f"{out_dir}-ensemble"]
         spelled = {m.label: spec for m, spec in zip(ensemble, specs)}
+        options += ["--out", f"{out_dir}-ensemble"]
         document = choosing.from_run(evaluation, scores, result, cost, spelled, options)
-        typer.echo(choosing.write(document, out_dir, title), nl=False)
-        err.print(f"results in {out_dir}: choice.md, choice.json and the summary's files")
-        return
+        return _choice(document, out_dir, title)
     typer.echo(summary.markdown(result, comparison, cost), nl=False)
     err.print(f"results in {out_dir}: summary.md, {{summary,metrics,paired,cost}}.json, chart.png")
+
+
+def _choice(document: dict[str, object], out_dir: Path, title: str) -> None:
+    """Write and show --choose's choice."""
+    from . import choose
+
+    typer.echo(choose.write(document, out_dir, title), nl=False)
+    err.print(f"results in {out_dir}: choice.md, choice.json and the summary's files")
+
+
+def _check_choose(systems: str | None, specs: list[str]) -> None:
+    """--choose's own errors, before any member runs."""
+    if systems is not None:
+        raise fail("--choose runs every member alone and chooses among them: leave out --systems")
+    if len(specs) < 2:
+        raise fail(
+            f"--choose chooses among members: name two or more with --members (got {len(specs)})"
+        )
+
+
+def _manifest(
+    task: str,
+    data: Path,
+    ensemble: list[Member],
+    seed: int,
+    settings: RequestSettings,
+    order: str,
+) -> dict[str, object]:
+    """What a run's answers depend on, which a resumed run must match (``run.json``)."""
+    manifest: dict[str, object] = {
+        "task": task,
+        "data": data.name,
+        "members": [m.label for m in ensemble],
+        "seed": seed,
+        "max_tokens": settings.max_tokens,
+        "window": settings.window,
+        "backend": ",".join(sorted({m.backend for m in ensemble if m.kind == "local"})),
+    }
+    if order != "stored":
+        manifest["order"] = order
+    return manifest
 
 
 def rerun_options(

@@ -95,6 +95,7 @@ def answer_of(record: Mapping[str, Any]) -> RecordedAnswer:
                 tokens=tuple(map(tuple, v["tokens"])),
                 units=tuple(v["units"]),
                 scoring=v["scoring"],
+                least=tuple(map(tuple, v.get("least", ()))),
             )
         weights = tuple(r["weights"][m] for m in members)
         parsed.append(RecordedRound(verification, drafters, winner, weights))

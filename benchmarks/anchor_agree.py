@@ -1,5 +1,5 @@
-"""How likely the anchor finds its own segments and another member's: the evidence that sets
-the anchored policy's agreement threshold (``policy.AGREE``).
+"""How sure the anchor is of its own segments, and how likely it finds another member's: the
+evidence that sets the anchored policy's threshold (``policy.AGREE``).
 
     ./run python benchmarks/anchor_agree.py --task gsm8k --limit 6 --out /tmp/agree-gsm8k.json
 
@@ -7,10 +7,10 @@ It answers development examples with the anchored policy (the anchor and one che
 member, seed ``i`` for example ``i``) with every round contested: the anchor drafts every
 round and every verifier scores every candidate, so each round gives the anchor's least
 token log-prob of its own draft and of the other member's, and the candidate the contested
-rule chose. Per threshold it reports the share of the anchor's own segments and of the
-other member's that would pass (the other's share is how often the anchor would take a
-draft without drafting: the cost), and how often a passing draft is one the contested rule
-did not choose (the risk). Writes every round's numbers to ``--out``; ``--tables-from``
+rule chose. Per threshold it reports the share of the anchor's own segments that pass (the
+rounds it would write alone: the others are asked in the rest, which is the cost), and, for
+the other member's drafts, the share that pass and how often a passing one is not the
+contested rule's choice. Writes every round's numbers to ``--out``; ``--tables-from``
 re-reads them.
 """
 
@@ -91,8 +91,8 @@ def table(rows: list[dict[str, Any]]) -> str:
         f"p25 {q([r['least'] for r in other], 25):.2f}, "
         f"median {statistics.median(r['least'] for r in other):.2f}",
         "",
-        "| threshold | own segments passing | other's passing (taken undrafted) "
-        "| of those, not the contested rule's choice |",
+        "| threshold | the anchor's own segments passing (written alone) "
+        "| the other's passing | of those, not the contested rule's choice |",
         "|---|---|---|---|",
     ]
     for t in THRESHOLDS:

@@ -21,7 +21,7 @@ from specem_chain.engine.types import Draft, Score
 from specem_chain.errors import RequestError
 
 
-def test_the_anchor_takes_the_likeliest_draft_whose_every_token_it_finds_likely():
+def test_the_anchor_takes_the_likeliest_of_its_drafts_whose_every_token_it_finds_likely():
     units = [10, 10, 20]
     scores = [
         Score(-0.2, 5, AGREE - 0.1),  # likely on the whole, one unlikely token: not taken
@@ -75,13 +75,13 @@ def test_without_the_anchor_among_the_verifiers_a_round_is_the_pools():
     assert Anchor(anchor=1).judge(v, weights, 1).winner == 1
 
 
-def members(cheap_likely: bool) -> tuple[ScriptedSession, ScriptedSession]:
-    """The anchor drafts "sure" segments; the cheap member "fast" ones, which the anchor
-    finds likely (-0.5 a token) or not (-6); the cheap member likes only its own."""
+def members(sure: bool) -> tuple[ScriptedSession, ScriptedSession]:
+    """The anchor drafts "sure" segments and finds them likely (-0.5 a token) or not (-3,
+    below AGREE), and the cheap member's "fast" ones far less likely (-6); the cheap
+    member likes only its own."""
+    mine = -0.5 if sure else -3.0
     big = ScriptedSession(
-        "big",
-        [" sure", " sure", Draft(" sure.", 1, True)],
-        likes("fast", -0.5 if cheap_likely else -6.0, -0.4),
+        "big", [" sure", " sure", Draft(" sure.", 1, True)], likes("sure", mine, -6.0)
     )
     cheap = ScriptedSession(
         "cheap", [" fast", " fast", Draft(" fast.", 1, True)], likes("fast", -0.3, -4.0)
@@ -89,49 +89,56 @@ def members(cheap_likely: bool) -> tuple[ScriptedSession, ScriptedSession]:
     return big, cheap
 
 
-async def test_the_anchor_takes_the_cheap_draft_it_agrees_with_without_drafting():
-    big, cheap = members(cheap_likely=True)
+async def test_where_the_anchor_is_sure_of_its_draft_no_other_member_drafts_or_scores():
+    big, cheap = members(sure=True)
     rounds = await events(big, cheap, policy="anchor")
     assert rounds[-1].finish_reason == "end_of_turn" and len(rounds) == 3
-    assert big.drafted == 0 and not cheap.scored  # only the anchor verified
+    assert cheap.drafted == 0 and not cheap.scored  # asked nothing: it only reads along
     for e in rounds:
-        assert e.winner == "cheap" and e.verifiers == ("big",) and e.verified
-        assert [c.member for c in e.candidates] == ["cheap"]
-        assert set(e.timing.drafting) == {"cheap"} and set(e.timing.scoring) == {"big"}
+        assert e.winner == "big" and e.verifiers == ("big",) and e.verified
+        assert [c.member for c in e.candidates] == ["big"]
+        assert set(e.timing.drafting) == {"big"} and set(e.timing.scoring) == {"big"}
         assert e.weights == {"big": 0.5, "cheap": 0.5}  # no votes, no rewards
         assert e.rewards == {"big": None, "cheap": None}
-    assert big.accepted == cheap.accepted == [" fast", " fast"]
+    assert big.accepted == cheap.accepted == [" sure", " sure"]
 
 
-async def test_where_the_anchor_disagrees_it_drafts_and_every_verifier_judges():
-    big, cheap = members(cheap_likely=False)
+async def test_where_the_anchor_is_unsure_the_others_draft_and_every_verifier_judges():
+    big, cheap = members(sure=False)
     rounds = await events(big, cheap, policy="anchor")
-    assert big.drafted == len(rounds) == 3
+    assert big.drafted == cheap.drafted == len(rounds) == 3
     for e in rounds:
         # the cheap member prefers its own by far, but cannot outvote the anchor
         assert e.winner == "big" and e.verifiers == ("big", "cheap")
-        assert [c.member for c in e.candidates] == ["cheap", "big"]
-    # the anchor scored the cheap draft alone, then only its own: never one twice
-    assert [[c.text for c in s] for s in big.scored] == [[" fast"], [" sure"]] * 2 + [
-        [" fast."],
+        assert [c.member for c in e.candidates] == ["big", "cheap"]
+        assert set(e.timing.scoring) == {"big", "cheap"}
+    # the anchor scored its own draft, then only the cheap one: never one twice
+    assert [[c.text for c in s] for s in big.scored] == [[" sure"], [" fast"]] * 2 + [
         [" sure."],
+        [" fast."],
     ]
-    assert all(e.scores[0][0] < e.scores[0][1] for e in rounds)  # its row holds both
-    assert [len(s) for s in cheap.scored] == [2] * 3
-    assert rounds[0].weights["big"] > 0.5  # the pool's peer rewards moved the weights
+    assert all(e.scores[0][0] > e.scores[0][1] for e in rounds)  # its row holds both
+    assert rounds[0].weights["big"] < 0.5  # the pool's peer rewards moved the weights
+
+
+async def test_on_a_near_tie_the_weighted_vote_of_every_verifier_decides():
+    big = ScriptedSession("big", [Draft(" sure.", 1, True)], lambda c: -3.0)  # torn
+    cheap = ScriptedSession("cheap", [Draft(" fast.", 1, True)], likes("fast", -0.3, -4.0))
+    [e] = await events(big, cheap, policy="anchor")
+    assert e.verifiers == ("big", "cheap") and e.winner == "cheap"
 
 
 async def test_a_named_anchor_in_any_seat_and_without_another_drafter_a_plain_round():
-    big, cheap = members(cheap_likely=True)
+    big, cheap = members(sure=True)
     rounds = await events(cheap, big, policy="anchor", anchor="big")
-    assert big.drafted == 0 and all(e.verifiers == ("big",) for e in rounds)
+    assert cheap.drafted == 0 and all(e.verifiers == ("big",) for e in rounds)
     alone = ScriptedSession("alone", [Draft(" one.", 1, True)])
     [only] = await events(alone, policy="anchor")
     assert only.winner == "alone" and not only.verified
 
 
 async def test_an_anchor_that_is_dropped_leaves_plain_rounds_to_the_others():
-    big, cheap = members(cheap_likely=False)
+    big, cheap = members(sure=False)
     big.fail_after = 2  # a draft and a score, then unavailable
     rounds = await events(big, cheap, policy="anchor")
     assert rounds[-1].finish_reason == "end_of_turn"

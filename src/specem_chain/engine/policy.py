@@ -308,9 +308,10 @@ class Peer(Pool):
 
 # -- the anchored policy -----------------------------------------------------------------
 
-AGREE = -2.0
-"""The least token log-prob at which the anchor takes another member's draft without
-drafting its own (see :class:`Anchor`); chosen on development data (Concepts -> Policies)."""
+AGREE = -2.5
+"""The least token log-prob at which the anchor is sure of its own draft and takes it
+without the others (see :class:`Anchor`); chosen on development data (Concepts ->
+Policies)."""
 
 MARGIN = 0.02
 """Per-byte log-prob within which the anchor's preference counts as a near tie, which the
@@ -326,9 +327,10 @@ def anchor_seat(names: Sequence[str], weights: Sequence[float], anchor: str | No
 
 
 def agreed(scores: Sequence[Score], units: Sequence[int], agree: float = AGREE) -> int | None:
-    """The candidate the anchor takes unseen by a draft of its own, from its ``scores`` of
-    the others' candidates: of those whose every token has at least ``agree`` log-prob
-    under the anchor, the one it finds likeliest per byte; None: it takes none."""
+    """The candidate of its own the anchor takes without asking the others, from its
+    ``scores`` of its candidates: of those whose every token has at least ``agree``
+    log-prob under the anchor, the one it finds likeliest per byte; None: it is sure of
+    none."""
     taken = [k for k, s in enumerate(scores) if s.least >= agree]
     if not taken:
         return None
@@ -337,12 +339,12 @@ def agreed(scores: Sequence[Score], units: Sequence[int], agree: float = AGREE) 
 
 @dataclass(frozen=True)
 class Anchor(Pool):
-    """One member, the anchor (seat :attr:`anchor`), writes the answer; the others draft
-    for it and vote only where it is torn.
+    """One member, the anchor (seat :attr:`anchor`), writes the answer; the others are
+    asked only where it is unsure, and vote only where it is torn.
 
-    Each round the other members draft first and the anchor scores their candidates
-    alone: it takes the likeliest one whose every token it finds likely enough
-    (:func:`agreed`) without drafting. Otherwise it drafts too, every verifier scores every
+    Each round the anchor drafts and scores its own draft: where every token of it has at
+    least :attr:`agree` log-prob (:func:`agreed`), it is taken, and the others neither
+    draft nor score. Otherwise the others draft too, every verifier scores every
     candidate, and this judgement decides: the candidates the anchor finds within
     :attr:`margin` per byte of its favourite are the near ties, and among them the
     weighted pool of every verifier's per-byte log-probs (as :class:`Pool`) chooses; the

@@ -314,38 +314,38 @@ async def anchored_round(
     config: EngineConfig,
     policy: RoundPolicy,
 ) -> Decided:
-    """The anchored policy's round (:class:`~.policy.Anchor`): the other drafters draft and
-    the anchor alone scores their candidates; it takes one it agrees with
-    (:func:`~.policy.agreed`) without drafting, else it drafts too and every verifier
-    judges every candidate. Without another live drafter, or with the anchor dropped, a
-    plain round."""
+    """The anchored policy's round (:class:`~.policy.Anchor`): the anchor drafts and scores
+    its own candidates; where it is sure of one (:func:`~.policy.agreed`) that one is
+    taken, and no other member drafts or scores. Where it is unsure (or finds no way on),
+    the other drafters draft too and every verifier judges every candidate (the anchor's
+    scores of its own are not asked again). Without another live drafter, or with the
+    anchor dropped or not both drafting and verifying, a plain round."""
     assert isinstance(policy, Anchor)
     anchor = policy.anchor
     others = [i for i in roster.drafters() if i != anchor]
-    if anchor not in roster.alive or not others:
+    seated = roster.live_drafters([anchor]) == [anchor] and roster.seats[anchor].verifies
+    if not (seated and others):
         return await plain_round(roster, answer, shape, window, seed, round_index, config, policy)
     started = time.perf_counter()
     only = partial(draft_round, roster, answer, shape, window, seed, round_index, config.run_on)
     try:
-        early: Drafted | None = await only(others)
-    except EnsembleError:  # the others found no way on: the anchor drafts alone
-        early = None
+        own: Drafted | None = await only([anchor])
+    except EnsembleError:  # the anchor found no way on (or was dropped): the others try
+        own = None
     drafted_at = time.perf_counter()
-    verify_s = 0.0
     rows: dict[int, list[Score]] = {}
     checking: dict[str, float] = {}
-    if early is not None and roster.seats[anchor].verifies:
+    if own is not None:
         rows = await roster.call(
             [anchor],
-            lambda j: roster.seats[j].session.score(early.segments, config.scoring),
+            lambda j: roster.seats[j].session.score(own.segments, config.scoring),
             checking,
         )
-        verify_s = time.perf_counter() - drafted_at
-        units = [s.units for s in early.segments]
+        units = [s.units for s in own.segments]
         if anchor in rows and (taken := agreed(rows[anchor], units, policy.agree)) is not None:
             verification = Verification(
                 members=len(roster.seats),
-                drafters=tuple(early.drafters),
+                drafters=tuple(own.drafters),
                 verifiers=(anchor,),
                 means=(tuple(s.mean for s in rows[anchor]),),
                 tokens=(tuple(s.tokens for s in rows[anchor]),),
@@ -358,21 +358,26 @@ async def anchored_round(
                 taken, softmax_rows(per_unit(verification)), unmoved, list(roster.weights)
             )
             verdict = Verdict((anchor,), judgement, verification, checking)
-            return Decided(early, verdict, drafted_at - started, verify_s)
-    contested_at = time.perf_counter()
-    drafted = joined(early, await only([anchor])) if anchor in roster.alive else early
-    if drafted is None:  # the anchor was dropped while the others found no way on
-        return await plain_round(roster, answer, shape, window, seed, round_index, config, policy)
+            return Decided(own, verdict, drafted_at - started, time.perf_counter() - drafted_at)
+    checked_at = time.perf_counter()
+    try:
+        more: Drafted | None = await only(others)
+    except EnsembleError:  # the others found no way on: the anchor's own candidates stand
+        if own is None:
+            raise
+        more = None
+    drafted = joined(own, more) if more is not None else own
+    assert drafted is not None
     judged_at = time.perf_counter()
-    # the anchor's scores of the others' candidates, which come first, are not asked again
     verdict = await judge_round(roster, drafted, policy, config, round_index, rows)
     scoring = {
         name: checking.get(name, 0.0) + verdict.seconds.get(name, 0.0)
         for name in {**checking, **verdict.seconds}
     }
     verdict = replace(verdict, seconds=scoring)
-    draft_s = drafted_at - started + judged_at - contested_at
-    return Decided(drafted, verdict, draft_s, verify_s + time.perf_counter() - judged_at)
+    draft_s = drafted_at - started + judged_at - checked_at
+    verify_s = checked_at - drafted_at + time.perf_counter() - judged_at
+    return Decided(drafted, verdict, draft_s, verify_s)
 
 
 def joined(first: Drafted | None, second: Drafted) -> Drafted:

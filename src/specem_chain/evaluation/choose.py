@@ -11,10 +11,10 @@ about 10% apart ensemble worse than the better one alone. Read relative to the b
   member out: such examples tell nothing about who would help;
 - of the members left out that answer alone in at most :data:`DRAFTER_SECONDS` of the
   anchor's time, the best scoring is the anchor's **drafter** (the likeliest to write
-  what the anchor would), where no helper is that cheap: under the
-  anchored policy the others draft first and the anchor takes a draft only where it finds
-  every token likely, so a weaker member can save the anchor's own drafting without
-  writing what the anchor would not;
+  what the anchor would), where no helper is that cheap: under the anchored policy the
+  others draft only where the anchor is unsure of its own draft, and win only where the
+  anchor finds theirs about as likely, so a cheap drafter keeps those rounds cheap and a
+  weaker one cannot write what the anchor finds clearly less likely;
 - the ensemble to run is the anchor, its drafter and its helpers under the anchored
   policy, ``specem[policy=anchor,anchor=NAME]``; with neither, the anchor alone.
 
@@ -50,9 +50,9 @@ CLOSE_ENOUGH = 0.9
 more than about 10% apart ensemble worse than the better one alone)."""
 SOURCE = "UniTE (Yao et al., ICLR 2025, arXiv 2410.03777)"
 DRAFTER_SECONDS = 2 / 3
-"""The most a drafter's median seconds an answer may be, as a share of the anchor's: a
-draft the anchor takes costs the drafter's drafting and the anchor's scoring (about a
-quarter of its drafting), so a slower drafter can save nothing."""
+"""The most a drafter's median seconds an answer may be, as a share of the anchor's: each
+round where the anchor is unsure costs the drafter's drafting besides the anchor's, so a
+drafter nearly as slow would make those rounds cost twice."""
 EDGE = 1e-9
 """Slack for a share computed in floating point: 9/32 against 10/32 is exactly 90%."""
 
@@ -223,7 +223,8 @@ def reason(decision: Decision) -> str:
     anchor, percent = decision.anchor, f"{CLOSE_ENOUGH:.0%}"
     drafts = (
         f"{decision.drafter} answers in at most {DRAFTER_SECONDS:.0%} of {anchor}'s time: "
-        f"it drafts, and {anchor} takes its drafts only where it agrees"
+        f"it drafts where {anchor} is unsure, and wins only where {anchor} finds its draft "
+        "about as likely as its own"
         if decision.drafter
         else ""
     )

@@ -29,8 +29,8 @@ class EngineSettings(BaseModel):
         "pool",
         description='How a round\'s winner is chosen and the weights move: "pool" (per-byte '
         'log-probs pooled by weight), "paper" (the paper\'s rules), "peer" (no member '
-        'judges its own draft) or "anchor" (one member, the anchor, writes; the others '
-        "draft for it and vote only where it is torn); see Concepts -> Policies.",
+        'judges its own draft) or "anchor" (one member, the anchor, writes; the others are '
+        "asked only where it is unsure of its draft); see Concepts -> Policies.",
     )
     anchor: str | None = Field(
         None,

@@ -152,7 +152,7 @@ def test_specem_serve_with_a_bad_member_exits_with_a_clear_error():
         (["--repeat-penalty", "3"], "--repeat-penalty: Input should be"),
         (["--loop-penalty", "0.5"], "--loop-penalty: Input should be"),
         (["--window", "0"], "--window: Input should be greater than or equal to 1"),
-        (["--policy", "best"], "--policy: Input should be 'paper', 'pool' or 'peer'"),
+        (["--policy", "best"], "--policy: Input should be 'paper', 'pool', 'peer' or 'anchor'"),
         (["--task", "maths"], "--task: give --feedback too"),
         (["--feedback", "tasks.json"], "--feedback: 'tasks.json' names a JSON feedback file"),
         (["--feedback", "/no/such/folder/tasks.db"], "--feedback: folder '/no/such/folder' does"),

@@ -234,11 +234,15 @@ async def answer(
     )
 
 
-def set_route(members: list[Member], route: str, found: dict[str, str]) -> None:
+def set_route(members: list[Member], route: str, found: dict[str, tuple[str, int | None]]) -> None:
+    """Every vLLM member scores on ``route``, never another; ``auto``: as it found at its
+    first check (switching to re-reading in the rounds where that computes fewer tokens)."""
     for member in members:
         backend = loaded_backend(member)
         if isinstance(backend, VLLMBackend):
-            backend.route = found[member.label] if route == "auto" else route  # type: ignore[assignment]
+            learnt, block = found[member.label]
+            backend.route = learnt if route == "auto" else route  # type: ignore[assignment]
+            backend.block = block if route == "auto" else None
 
 
 def given_members(args: argparse.Namespace) -> list[Member]:
@@ -250,15 +254,15 @@ def given_members(args: argparse.Namespace) -> list[Member]:
 
 async def run(args: argparse.Namespace) -> list[Answer]:
     members = given_members(args)
-    found: dict[str, str] = {}
+    found: dict[str, tuple[str, int | None]] = {}
     for member in members:
         backend = loaded_backend(member)
         await backend.ready()  # type: ignore[attr-defined]
-        found[member.label] = getattr(backend, "route", "")
+        found[member.label] = (getattr(backend, "route", ""), getattr(backend, "block", None))
     servers = {m.label: Server.of(m) for m in members if m.remote}
     for label, server in servers.items():
         print(
-            f"{label}: route {found[label] or '-'}, block size {server.block_size}, "
+            f"{label}: route {found[label][0] or '-'}, block size {server.block_size}, "
             f"reset {'yes' if server.dev else 'no (each answer starts with its own word)'}"
         )
     answers: list[Answer] = []
@@ -303,8 +307,9 @@ async def scoring(args: argparse.Namespace) -> list[Scored]:
             candidate = [Segment(draft.text)]
             found_route = getattr(backend, "route", "")
             for route in routes:
-                if route:
+                if route:  # the route as set, never switched (the measurement is per route)
                     backend.route = found_route if route == "auto" else route  # type: ignore[attr-defined]
+                    backend.block = None  # type: ignore[attr-defined]
                 times, computed = [], []
                 for _ in range(args.repeats):
                     before = server.prompt_tokens()

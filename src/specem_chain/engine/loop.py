@@ -19,7 +19,7 @@ from .constraints import AnswerFormat
 from .events import RoundEvent, RoundTiming
 from .policy import anchor_seat
 from .roster import Roster, Seat
-from .rounds import accept, anchored_round, plain_round
+from .rounds import Round, accept, anchored_round, plain_round
 from .types import Segment
 
 
@@ -56,7 +56,7 @@ async def run_rounds(
         known_drops = len(roster.dropped)
         window = answer.window(config.window)
         seed = partial(round_seed, base, index)
-        decided = await decide(roster, answer, shape, window, seed, index, config, policy)
+        decided = await decide(Round(roster, answer, shape, window, seed, index, config, policy))
         drafted, verdict = decided.drafted, decided.verdict
         judgement, verification = verdict.judgement, verdict.verification
         accepting = time.perf_counter()

@@ -286,50 +286,65 @@ class Decided:
     verify_s: float
 
 
-async def plain_round(
-    roster: Roster,
-    answer: AnswerText,
-    shape: AnswerFormat,
-    window: int,
-    seed: Callable[[int, int], int],
-    round_index: int,
-    config: EngineConfig,
-    policy: RoundPolicy,
-) -> Decided:
+@dataclass(frozen=True)
+class Round:
+    """What one round works with: the request's roster and answer so far, the answer's
+    format, the window, the drafts' seeds, the round's number, the settings and the
+    policy."""
+
+    roster: Roster
+    answer: AnswerText
+    shape: AnswerFormat
+    window: int
+    seed: Callable[[int, int], int]
+    index: int
+    config: EngineConfig
+    policy: RoundPolicy
+
+    async def draft(self, only: Sequence[int] | None = None) -> Drafted:
+        """:func:`draft_round` for this round (``only``: those seats)."""
+        return await draft_round(
+            self.roster,
+            self.answer,
+            self.shape,
+            self.window,
+            self.seed,
+            self.index,
+            self.config.run_on,
+            only,
+        )
+
+    async def judge(self, drafted: Drafted, known: dict[int, list[Score]] | None = None) -> Verdict:
+        """:func:`judge_round` for this round."""
+        return await judge_round(self.roster, drafted, self.policy, self.config, self.index, known)
+
+
+async def plain_round(r: Round) -> Decided:
     """Every drafter drafts, then the verifiers and the policy judge."""
     started = time.perf_counter()
-    drafted = await draft_round(roster, answer, shape, window, seed, round_index, config.run_on)
+    drafted = await r.draft()
     drafted_at = time.perf_counter()
-    verdict = await judge_round(roster, drafted, policy, config, round_index)
+    verdict = await r.judge(drafted)
     return Decided(drafted, verdict, drafted_at - started, time.perf_counter() - drafted_at)
 
 
-async def anchored_round(
-    roster: Roster,
-    answer: AnswerText,
-    shape: AnswerFormat,
-    window: int,
-    seed: Callable[[int, int], int],
-    round_index: int,
-    config: EngineConfig,
-    policy: RoundPolicy,
-) -> Decided:
+async def anchored_round(r: Round) -> Decided:
     """The anchored policy's round (:class:`~.policy.Anchor`): the anchor drafts and scores
     its own candidates; where it is sure of one (:func:`~.policy.agreed`) that one is
     taken, and no other member drafts or scores. Where it is unsure (or finds no way on),
     the other drafters draft too and every verifier judges every candidate (the anchor's
     scores of its own are not asked again). Without another live drafter, or with the
     anchor dropped or not both drafting and verifying, a plain round."""
+    policy, roster, config = r.policy, r.roster, r.config
     assert isinstance(policy, Anchor)
     anchor = policy.anchor
     others = [i for i in roster.drafters() if i != anchor]
     seated = roster.live_drafters([anchor]) == [anchor] and roster.seats[anchor].verifies
     if not (seated and others):
-        return await plain_round(roster, answer, shape, window, seed, round_index, config, policy)
+        return await plain_round(r)
     started = time.perf_counter()
-    only = partial(draft_round, roster, answer, shape, window, seed, round_index, config.run_on)
     try:
-        own: Drafted | None = await only([anchor])
+        own: Drafted | None = await r.draft([anchor])
     except EnsembleError:  # the anchor found no way on (or was dropped): the others try
         own = None
     drafted_at = time.perf_counter()
@@ -361,7 +376,7 @@ async def anchored_round(
             return Decided(own, verdict, drafted_at - started, time.perf_counter() - drafted_at)
     checked_at = time.perf_counter()
     try:
-        more: Drafted | None = await only(others)
+        more: Drafted | None = await r.draft(others)
     except EnsembleError:  # the others found no way on: the anchor's own candidates stand
         if own is None:
             raise
@@ -369,7 +384,7 @@ async def anchored_round(
     drafted = joined(own, more) if more is not None else own
     assert drafted is not None
     judged_at = time.perf_counter()
-    verdict = await judge_round(roster, drafted, policy, config, round_index, rows)
+    verdict = await r.judge(drafted, rows)
     scoring = {
         name: checking.get(name, 0.0) + verdict.seconds.get(name, 0.0)
         for name in {**checking, **verdict.seconds}

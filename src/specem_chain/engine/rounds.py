@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
+from typing import TypeVar
 
 from ..errors import AnswerFormatError, EnsembleError
 from .answer_text import AnswerText
@@ -19,7 +20,7 @@ from .constraints import AnswerFormat
 from .events import Candidate, FinishReason
 from .policy import Anchor, Judgement, Verification, agreed, per_unit, softmax_rows
 from .roster import Roster
-from .types import Draft, Score, Segment
+from .types import Draft, Score, Scoring, Segment
 
 REDRAFTS = 3
 """Drafting attempts per round before a round where every draft is empty fails."""
@@ -189,15 +190,23 @@ async def verify_round(
         return [*given, *(await seats[j].session.score(rest, config.scoring) if rest else [])]
 
     scores = await roster.call(roster.verifiers(), score, seconds)
+    return verification_of(len(seats), drafted, scores, config.scoring)
+
+
+def verification_of(
+    members: int, drafted: Drafted, scores: dict[int, list[Score]], scoring: Scoring
+) -> Verification:
+    """What the verifiers (``scores``' seats, in order) said of the candidates."""
+    rows = scores.values()
     return Verification(
-        members=len(seats),
+        members=members,
         drafters=tuple(drafted.drafters),
         verifiers=tuple(scores),
-        means=tuple(tuple(s.mean for s in row) for row in scores.values()),
-        tokens=tuple(tuple(s.tokens for s in row) for row in scores.values()),
-        units=tuple(s.units for s in segments),
-        scoring=config.scoring,
-        least=tuple(tuple(s.least for s in row) for row in scores.values()),
+        means=tuple(tuple(s.mean for s in row) for row in rows),
+        tokens=tuple(tuple(s.tokens for s in row) for row in rows),
+        units=tuple(s.units for s in drafted.segments),
+        scoring=scoring,
+        least=tuple(tuple(s.least for s in row) for row in rows),
     )
 
 
@@ -358,16 +367,7 @@ async def anchored_round(r: Round) -> Decided:
         )
         units = [s.units for s in own.segments]
         if anchor in rows and (taken := agreed(rows[anchor], units, policy.agree)) is not None:
-            verification = Verification(
-                members=len(roster.seats),
-                drafters=tuple(own.drafters),
-                verifiers=(anchor,),
-                means=(tuple(s.mean for s in rows[anchor]),),
-                tokens=(tuple(s.tokens for s in rows[anchor]),),
-                units=tuple(units),
-                scoring=config.scoring,
-                least=(tuple(s.least for s in rows[anchor]),),
-            )
+            verification = verification_of(len(roster.seats), own, rows, config.scoring)
             unmoved = [None] * len(roster.seats)
             judgement = Judgement(
                 taken, softmax_rows(per_unit(verification)), unmoved, list(roster.weights)
@@ -385,11 +385,7 @@ async def anchored_round(r: Round) -> Decided:
     assert drafted is not None
     judged_at = time.perf_counter()
     verdict = await r.judge(drafted, rows)
-    scoring = {
-        name: checking.get(name, 0.0) + verdict.seconds.get(name, 0.0)
-        for name in {**checking, **verdict.seconds}
-    }
-    verdict = replace(verdict, seconds=scoring)
+    verdict = replace(verdict, seconds=summed(checking, verdict.seconds))
     draft_s = drafted_at - started + judged_at - checked_at
     verify_s = checked_at - drafted_at + time.perf_counter() - judged_at
     return Decided(drafted, verdict, draft_s, verify_s)
@@ -399,16 +395,19 @@ def joined(first: Drafted | None, second: Drafted) -> Drafted:
     """The candidates of two drafting steps of one round, as one."""
     if first is None:
         return second
-    tokens, seconds = dict(first.tokens), dict(first.seconds)
-    for name, n in second.tokens.items():
-        tokens[name] = tokens.get(name, 0) + n
-    for name, s in second.seconds.items():
-        seconds[name] = seconds.get(name, 0.0) + s
     return Drafted(
         first.candidates + second.candidates,
         first.drafters + second.drafters,
-        tokens,
+        summed(first.tokens, second.tokens),
         first.resting,
         first.loop_redraft or second.loop_redraft,
-        seconds,
+        summed(first.seconds, second.seconds),
     )
+
+
+N = TypeVar("N", int, float)
+
+
+def summed(a: dict[str, N], b: dict[str, N]) -> dict[str, N]:
+    """Each member's counts in ``a`` and ``b`` added up."""
+    return {name: a.get(name, 0) + b.get(name, 0) for name in {**a, **b}}

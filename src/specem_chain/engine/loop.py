@@ -43,9 +43,8 @@ async def run_rounds(
     ``weights`` are the members' starting weights (default: uniform).
     """
     roster = Roster(seats, config.min_members, weights, config.gate, config.exit)
-    anchored = config.policy == "anchor"
     policy = config.round_policy(anchor_seat(roster.names, roster.weights, config.anchor))
-    decide = anchored_round if anchored else plain_round
+    decide = anchored_round if config.policy == "anchor" else plain_round
     shape = answer_format or AnswerFormat()
     answer = AnswerText(config.stop, config.max_tokens, shape.prefix)
     base = config.seed if config.seed is not None else random.randrange(2**31)

@@ -244,6 +244,17 @@ def peer_rewards(
     return [w / h if h else None for w, h in zip(won, held)]
 
 
+def pooled(
+    ell: Sequence[Sequence[float]], verifiers: Sequence[int], weights: Sequence[float]
+) -> list[float]:
+    """Each candidate's weighted sum of the verifiers' per-byte log-probs,
+    ``sum_j w_j l[j][k]``."""
+    return [
+        math.fsum(weights[seat] * ell[j][k] for j, seat in enumerate(verifiers))
+        for k in range(len(ell[0]))
+    ]
+
+
 POOL_STEP = 0.25
 """Hedge step per round of the per-byte policies at ``learning_rate=1``: a member that wins
 every comparison for 8 rounds ends with e^2 = 7.4 times its rival's weight."""
@@ -264,10 +275,7 @@ class Pool:
 
     def judge(self, v: Verification, weights: Sequence[float], round_index: int) -> Judgement:
         ell = per_unit(v)
-        totals = [
-            math.fsum(weights[seat] * ell[j][k] for j, seat in enumerate(v.verifiers))
-            for k in range(len(v.drafters))
-        ]
+        totals = pooled(ell, v.verifiers, weights)
         member_rewards = peer_rewards(ell, v.verifiers, v.drafters, v.members)
         new = hedge_step(weights, member_rewards, self.learning_rate * POOL_STEP)
         return Judgement(argmax(totals), softmax_rows(ell), member_rewards, new)
@@ -363,8 +371,5 @@ class Anchor(Pool):
         ell = per_unit(v)
         mine = ell[v.verifiers.index(self.anchor)]
         near = [k for k, x in enumerate(mine) if x >= max(mine) - self.margin]
-        pooled = {
-            k: math.fsum(weights[seat] * ell[j][k] for j, seat in enumerate(v.verifiers))
-            for k in near
-        }
-        return replace(judged, winner=max(near, key=lambda k: (pooled[k], -k)))
+        totals = pooled(ell, v.verifiers, weights)
+        return replace(judged, winner=max(near, key=lambda k: (totals[k], -k)))

@@ -9,7 +9,12 @@ from pydantic import ValidationError
 
 from specem_chain import Member, SpecEMChatModel
 from specem_chain.backends.http import RemoteClient
-from specem_chain.backends.vllm import cache_block, cached_cost, rereading_cost
+from specem_chain.backends.vllm import (
+    asked_positions,
+    cache_block,
+    cached_cost,
+    rereading_cost,
+)
 from specem_chain.errors import EnsembleError
 
 
@@ -95,6 +100,11 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def cost(prompts: list[list[int]], starts: list[int], block: int) -> int:
+    """What the cached route computes for these prompts from these starts."""
+    return cached_cost(asked_positions(prompts, starts)[1], block)
+
+
 def test_the_tokens_each_scoring_route_computes_are_counted_from_the_block_size():
     # two 3-token candidates after a 130-token context; their first token is shared
     context = list(range(130))
@@ -103,14 +113,14 @@ def test_the_tokens_each_scoring_route_computes_are_counted_from_the_block_size(
     assert rereading_cost(prompts) == 266
     # distinct prefixes of 130, 131, 131, 132, 132 tokens (the 130 one asked once), each
     # computed from its last whole 128-token block on: 2 + 3 + 3 + 4 + 4
-    assert cached_cost(prompts, starts, 128) == 16
-    assert cached_cost(prompts, starts, 16) == 2 + 3 + 3 + 4 + 4
-    assert cached_cost(prompts, starts, 0) == 130 + 131 * 2 + 132 * 2  # no prefix caching
+    assert cost(prompts, starts, 128) == 16
+    assert cost(prompts, starts, 16) == 2 + 3 + 3 + 4 + 4
+    assert cost(prompts, starts, 0) == 130 + 131 * 2 + 132 * 2  # no prefix caching
     # a prefix that ends a block is computed whole from the block before (its last token
     # at least is computed): 128 tokens -> the last block's 128
-    assert cached_cost([list(range(129))], [128], 128) == 128
+    assert cost([list(range(129))], [128], 128) == 128
     short = [[*range(60), 1, 2, 3, 4, 5, 6, 7, 8, 9, 10]]
-    assert cached_cost(short, [60], 128) > rereading_cost(short)
+    assert cost(short, [60], 128) > rereading_cost(short)
 
 
 def test_the_block_size_is_read_from_vllms_cache_config_metric():

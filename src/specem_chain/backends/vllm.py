@@ -261,14 +261,14 @@ class VLLMBackend:
         response["choices"].sort(key=lambda c: c.get("index", 0))
         return response
 
-    def cheaper_route(self, prompts: list[list[int]], starts: list[int]) -> Route:
+    def cheaper_route(self, prompts: list[list[int]], unique: list[tuple[int, ...]]) -> Route:
         """:attr:`route`, or the re-reading route where that computes fewer tokens for
-        these prompts (the block size known)."""
+        these prompts, whose distinct positions are ``unique`` (the block size known)."""
         if (
             self.route in CACHED_ROUTES
             and self.rereading
             and self.block is not None
-            and rereading_cost(prompts) < cached_cost(prompts, starts, self.block)
+            and rereading_cost(prompts) < cached_cost(unique, self.block)
         ):
             return self.rereading
         return self.route
@@ -279,14 +279,14 @@ class VLLMBackend:
         """The log-probs of each prompt's tokens from its start on (a start of at least
         1), every prompt in one request where the route allows; by default on the
         cheaper route (:meth:`cheaper_route`)."""
-        route = route or self.cheaper_route(prompts, starts)
+        wanted, unique = asked_positions(prompts, starts)
+        route = route or self.cheaper_route(prompts, unique)
         if route in REREADING_ROUTES:
             every = await self._prompt_logprobs(prompts, route)
             read = [logprobs[start:] for logprobs, start in zip(every, starts)]
             if any(v is None for logprobs in read for v in logprobs):
                 raise MemberServerError(f"member {self.label!r}: {NO_LOGPROBS}")
             return read  # type: ignore[return-value]
-        wanted, unique = asked_positions(prompts, starts)
         positions = [(list(p[:-1]), p[-1]) for p in unique]
         if route == "logprob_token_ids":
             answers = await asyncio.gather(*(self._listed_logprobs(a) for a in _asks(positions)))
@@ -390,12 +390,12 @@ def asked_positions(
     return wanted, list(dict.fromkeys(p for candidate in wanted for p in candidate))
 
 
-def cached_cost(prompts: list[list[int]], starts: list[int], block: int) -> int:
-    """Prompt tokens a cached route computes: each distinct position's prefix from its
-    last whole cached block on (vLLM computes at least a prompt's last token; the context's
-    blocks are cached by the draft that read it); the whole prefix where ``block`` is 0
-    (no prefix caching)."""
-    lengths = [len(p) - 1 for p in asked_positions(prompts, starts)[1]]
+def cached_cost(unique: list[tuple[int, ...]], block: int) -> int:
+    """Prompt tokens a cached route computes for the distinct positions ``unique``
+    (:func:`asked_positions`): each one's prefix from its last whole cached block on (vLLM
+    computes at least a prompt's last token; the context's blocks are cached by the draft
+    that read it); the whole prefix where ``block`` is 0 (no prefix caching)."""
+    lengths = [len(p) - 1 for p in unique]
     return sum(n - block * ((n - 1) // block) if block else n for n in lengths)
 
 

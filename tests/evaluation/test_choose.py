@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from specem_chain.evaluation.choose import (
-    Candidate,
+    MemberAlone,
     choice,
     command,
     decide,
@@ -26,7 +26,7 @@ from specem_chain.request import RequestSettings
 
 def test_the_anchor_scores_best_and_a_member_within_90_percent_of_it_helps():
     decision = decide(
-        [Candidate("a", 0.5, 2.0), Candidate("b", 0.46, 1.0), Candidate("c", 0.3, 0.5)]
+        [MemberAlone("a", 0.5, 2.0), MemberAlone("b", 0.46, 1.0), MemberAlone("c", 0.3, 0.5)]
     )
     assert decision.anchor == "a"
     assert decision.helpers == ("b",)
@@ -37,14 +37,16 @@ def test_the_anchor_scores_best_and_a_member_within_90_percent_of_it_helps():
 
 
 def test_a_tie_goes_to_the_cheaper_member_then_to_the_one_named_first():
-    cheaper = decide([Candidate("a", 0.5, 3.0), Candidate("b", 0.5, 1.0)])
+    cheaper = decide([MemberAlone("a", 0.5, 3.0), MemberAlone("b", 0.5, 1.0)])
     assert (cheaper.anchor, cheaper.helpers) == ("b", ("a",))
-    same = decide([Candidate("a", 0.5, 1.0), Candidate("b", 0.5, 1.0)])
+    same = decide([MemberAlone("a", 0.5, 1.0), MemberAlone("b", 0.5, 1.0)])
     assert (same.anchor, same.helpers) == ("a", ("b",))
 
 
 def test_with_no_member_close_enough_nor_cheap_enough_the_anchor_runs_alone():
-    decision = decide([Candidate("a", 0.7, 1.5), Candidate("b", 0.8, 2.0), Candidate("c", 0.1, 3)])
+    decision = decide(
+        [MemberAlone("a", 0.7, 1.5), MemberAlone("b", 0.8, 2.0), MemberAlone("c", 0.1, 3)]
+    )
     assert decision.anchor == "b"
     assert decision.helpers == () and decision.drafter is None
     assert decision.left_out == ("a", "c")  # 0.7 is 87.5% of 0.8; 1.5 s is 75% of 2 s
@@ -55,10 +57,10 @@ def test_with_no_member_close_enough_nor_cheap_enough_the_anchor_runs_alone():
 
 def test_a_member_left_out_at_half_the_anchors_time_or_less_drafts_for_it():
     candidates = [
-        Candidate("a", 0.3, 1.0),
-        Candidate("b", 0.8, 2.0),
-        Candidate("c", 0.1, 0.5),
-        Candidate("d", 0.6, 1.5),
+        MemberAlone("a", 0.3, 1.0),
+        MemberAlone("b", 0.8, 2.0),
+        MemberAlone("c", 0.1, 0.5),
+        MemberAlone("d", 0.6, 1.5),
     ]
     decision = decide(candidates)
     assert decision.anchor == "b" and decision.helpers == ()
@@ -68,14 +70,16 @@ def test_a_member_left_out_at_half_the_anchors_time_or_less_drafts_for_it():
     assert decision.system == "specem[policy=anchor,anchor=b]"
     assert "a answers in at most 67% of b's time" in choice_reason(decision)
     # a helper as cheap drafts itself: no drafter beside it
-    helped = decide([Candidate("a", 0.75, 0.9), Candidate("b", 0.8, 2.0), Candidate("c", 0.1, 0.5)])
+    helped = decide(
+        [MemberAlone("a", 0.75, 0.9), MemberAlone("b", 0.8, 2.0), MemberAlone("c", 0.1, 0.5)]
+    )
     assert helped.helpers == ("a",) and helped.drafter is None
     assert helped.left_out == ("c",)
 
 
 def test_when_every_member_helps_the_cheapest_helper_comes_first():
     decision = decide(
-        [Candidate("a", 0.5, 5.0), Candidate("b", 0.48, 3.0), Candidate("c", 0.47, 1)]
+        [MemberAlone("a", 0.5, 5.0), MemberAlone("b", 0.48, 3.0), MemberAlone("c", 0.47, 1)]
     )
     assert decision.anchor == "a"
     assert decision.helpers == ("c", "b")
@@ -84,7 +88,7 @@ def test_when_every_member_helps_the_cheapest_helper_comes_first():
 
 
 def test_an_anchor_that_scores_0_leaves_every_other_member_out():
-    decision = decide([Candidate("a", 0.0, 2.0), Candidate("b", 0.0, 1.0)])
+    decision = decide([MemberAlone("a", 0.0, 2.0), MemberAlone("b", 0.0, 1.0)])
     assert decision.anchor == "b"  # the cheaper
     assert decision.helpers == ()
     assert decision.left_out == ("a",)
@@ -103,19 +107,19 @@ def test_an_anchor_that_scores_0_leaves_every_other_member_out():
     ],
 )
 def test_the_90_percent_edge_is_relative_to_the_anchors_score(anchor, member, helps):
-    decision = decide([Candidate("anchor", anchor, 1.0), Candidate("member", member, 1.0)])
+    decision = decide([MemberAlone("anchor", anchor, 1.0), MemberAlone("member", member, 1.0)])
     assert decision.anchor == "anchor"
     assert (decision.helpers == ("member",)) is helps
 
 
 def test_choosing_needs_two_members():
     with pytest.raises(ValueError, match="at least two"):
-        decide([Candidate("a", 0.5, 1.0)])
+        decide([MemberAlone("a", 0.5, 1.0)])
 
 
 candidates = st.lists(
     st.tuples(st.integers(0, 32), st.sampled_from([0.5, 1.0, 2.0, 4.0])), min_size=2, max_size=5
-).map(lambda rows: [Candidate(f"m{i}", k / 32, s) for i, (k, s) in enumerate(rows)])
+).map(lambda rows: [MemberAlone(f"m{i}", k / 32, s) for i, (k, s) in enumerate(rows)])
 
 
 @given(candidates)
@@ -151,7 +155,7 @@ def test_the_rule_against_the_spec_written_out(members):
 
 
 def test_the_command_runs_the_ensemble_beside_the_anchor_alone_with_the_members_as_spelled():
-    decision = decide([Candidate("big-model", 0.5, 2.0), Candidate("small", 0.47, 1.0)])
+    decision = decide([MemberAlone("big-model", 0.5, 2.0), MemberAlone("small", 0.47, 1.0)])
     options = ["--task", "gsm8k", "--data", "my data.jsonl", "--limit", "32", "--out", "o-ens"]
     spelled = {"big-model": "/models/big-model", "small": "smollm2"}
     words = shlex.split(command(options, spelled, decision))
@@ -171,7 +175,9 @@ def score(mean: float, n: int = 4) -> Score:
 
 def test_the_document_and_table_give_every_members_verdict_and_evidence():
     # neither a nor c answers in two thirds of b's time: no drafter
-    decision = decide([Candidate("a", 0.5, 3.0), Candidate("b", 0.75, 4.0), Candidate("c", 0, 3)])
+    decision = decide(
+        [MemberAlone("a", 0.5, 3.0), MemberAlone("b", 0.75, 4.0), MemberAlone("c", 0, 3)]
+    )
     summary = {
         "exact_match": {"member:a": score(0.5), "member:b": score(0.75), "member:c": score(0)}
     }
@@ -214,7 +220,7 @@ def test_the_document_and_table_give_every_members_verdict_and_evidence():
 
 
 def test_a_recommended_ensemble_comes_with_its_command():
-    decision = decide([Candidate("a", 0.5, 2.0), Candidate("b", 0.45, 1.0)])
+    decision = decide([MemberAlone("a", 0.5, 2.0), MemberAlone("b", 0.45, 1.0)])
     summary = {"rougeL": {"member:a": score(0.5), "member:b": score(0.45)}}
     paired = {
         "member:b": Paired(

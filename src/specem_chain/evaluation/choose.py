@@ -58,7 +58,7 @@ EDGE = 1e-9
 
 
 @dataclass(frozen=True)
-class Candidate:
+class MemberAlone:
     """A member alone on the examples: its headline score and median seconds an answer."""
 
     name: str
@@ -98,14 +98,14 @@ def share(score: float, anchor: float) -> float | None:
     return score / anchor if anchor > 0 else None
 
 
-def decide(candidates: Sequence[Candidate], close_enough: float = CLOSE_ENOUGH) -> Decision:
+def decide(members: Sequence[MemberAlone], close_enough: float = CLOSE_ENOUGH) -> Decision:
     """The anchor and who helps it, by the rule in the module's docstring."""
-    if len(candidates) < 2:
+    if len(members) < 2:
         raise ValueError("choosing members needs at least two")
-    order = {c.name: i for i, c in enumerate(candidates)}
-    anchor = min(candidates, key=lambda c: (-c.score, c.seconds, order[c.name]))
-    shares = {c.name: share(c.score, anchor.score) for c in candidates}
-    others = [c for c in candidates if c is not anchor]
+    order = {c.name: i for i, c in enumerate(members)}
+    anchor = min(members, key=lambda c: (-c.score, c.seconds, order[c.name]))
+    shares = {c.name: share(c.score, anchor.score) for c in members}
+    others = [c for c in members if c is not anchor]
     helping = [c for c in others if (s := shares[c.name]) is not None and s >= close_enough - EDGE]
     helpers = sorted(helping, key=lambda c: (c.seconds, order[c.name]))
     left_out = [c for c in others if c not in helping]
@@ -150,9 +150,9 @@ def from_run(
     settings for the command that runs the recommendation (:func:`command`)."""
     metric = task.metrics[0]
 
-    def alone(name: str) -> Candidate:
+    def alone(name: str) -> MemberAlone:
         system = _alone(name)
-        return Candidate(name, summary[metric][system]["score"], cost[system]["median_seconds"])
+        return MemberAlone(name, summary[metric][system]["score"], cost[system]["median_seconds"])
 
     decision = decide([alone(name) for name in specs])
     paired = compare_with(task, scores, summary, _alone(decision.anchor))

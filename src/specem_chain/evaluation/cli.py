@@ -132,8 +132,10 @@ def eval_command(
         examples = run.ordered(_skipped(evaluation.load(data, limit), skip), order)
         shared = Settings(seed=seed, max_tokens=settings.max_tokens, window=settings.window)
         members_alone = [member_system_name(m) for m in ensemble]
-        asked = split_names(systems or "") or system_names(ensemble, evaluation)
-        names = members_alone if choose else asked
+        if choose:
+            names = members_alone
+        else:
+            names = split_names(systems or "") or system_names(ensemble, evaluation)
         chosen = build_systems(names, ensemble, evaluation, shared)
         solo = build_systems(members_alone, ensemble, evaluation, shared)
         manifest = _manifest(evaluation.name, data, ensemble, seed, settings, order)
@@ -162,17 +164,11 @@ def eval_command(
         spelled = {m.label: spec for m, spec in zip(ensemble, specs)}
         options += ["--out", f"{out_dir}-ensemble"]
         document = choosing.from_run(evaluation, scores, result, cost, spelled, options)
-        return _choice(document, out_dir, title)
+        typer.echo(choosing.write(document, out_dir, title), nl=False)
+        err.print(f"results in {out_dir}: choice.md, choice.json and the summary's files")
+        return
     typer.echo(summary.markdown(result, comparison, cost), nl=False)
     err.print(f"results in {out_dir}: summary.md, {{summary,metrics,paired,cost}}.json, chart.png")
-
-
-def _choice(document: dict[str, object], out_dir: Path, title: str) -> None:
-    """Write and show --choose's choice."""
-    from . import choose
-
-    typer.echo(choose.write(document, out_dir, title), nl=False)
-    err.print(f"results in {out_dir}: choice.md, choice.json and the summary's files")
 
 
 def _check_choose(systems: str | None, specs: list[str]) -> None:

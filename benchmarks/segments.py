@@ -59,7 +59,7 @@ def table(label: str, found: dict[str, dict]) -> list[str]:
     for system, f in found.items():
         rounds = max(f["rounds"], 1)
         written = ", ".join(
-            f"{member} {n / rounds:.1%}" for member, n in f["segments"].most_common()
+            f"{member} {n} ({n / rounds:.1%})" for member, n in f["segments"].most_common()
         )
         identical = ", ".join(f"{m} {n}" for m, n in f["identical_to_alone"].items()) or "-"
         lines.append(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from .types import Score, Scoring
 
@@ -275,10 +275,15 @@ class Pool:
 
     def judge(self, v: Verification, weights: Sequence[float], round_index: int) -> Judgement:
         ell = per_unit(v)
-        totals = pooled(ell, v.verifiers, weights)
         member_rewards = peer_rewards(ell, v.verifiers, v.drafters, v.members)
         new = hedge_step(weights, member_rewards, self.learning_rate * POOL_STEP)
-        return Judgement(argmax(totals), softmax_rows(ell), member_rewards, new)
+        return Judgement(self.winner(v, ell, weights), softmax_rows(ell), member_rewards, new)
+
+    def winner(
+        self, v: Verification, ell: Sequence[Sequence[float]], weights: Sequence[float]
+    ) -> int:
+        """The winning candidate, from the verifiers' per-byte log-probs ``ell``."""
+        return argmax(pooled(ell, v.verifiers, weights))
 
 
 @dataclass(frozen=True)
@@ -294,13 +299,12 @@ class Peer(Pool):
     are those of :class:`Pool`.)
     """
 
-    def judge(self, v: Verification, weights: Sequence[float], round_index: int) -> Judgement:
-        judged = Pool.judge(self, v, weights, round_index)
+    def winner(
+        self, v: Verification, ell: Sequence[Sequence[float]], weights: Sequence[float]
+    ) -> int:
         thirds = any(seat not in v.drafters for seat in v.verifiers) or len(set(v.drafters)) > 2
         if not thirds:
-            equal = Pool.judge(self, v, [1.0] * len(weights), round_index)
-            return replace(judged, winner=equal.winner)
-        ell = per_unit(v)
+            return Pool.winner(self, v, ell, [1.0] * len(weights))
         scores = [
             math.fsum(
                 weights[seat] * (ell[j][a] - ell[j][b])
@@ -311,7 +315,7 @@ class Peer(Pool):
             )
             for a, drafter in enumerate(v.drafters)
         ]
-        return replace(judged, winner=argmax(scores))
+        return argmax(scores)
 
 
 # -- the anchored policy -----------------------------------------------------------------
@@ -364,12 +368,12 @@ class Anchor(Pool):
     margin: float = MARGIN
     agree: float = AGREE
 
-    def judge(self, v: Verification, weights: Sequence[float], round_index: int) -> Judgement:
-        judged = Pool.judge(self, v, weights, round_index)
+    def winner(
+        self, v: Verification, ell: Sequence[Sequence[float]], weights: Sequence[float]
+    ) -> int:
+        totals = pooled(ell, v.verifiers, weights)
         if self.anchor not in v.verifiers:
-            return judged
-        ell = per_unit(v)
+            return argmax(totals)
         mine = ell[v.verifiers.index(self.anchor)]
         near = [k for k, x in enumerate(mine) if x >= max(mine) - self.margin]
-        totals = pooled(ell, v.verifiers, weights)
-        return replace(judged, winner=max(near, key=lambda k: (totals[k], -k)))
+        return max(near, key=lambda k: (totals[k], -k))

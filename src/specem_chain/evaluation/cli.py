@@ -241,7 +241,10 @@ def replay_command(
     system: Annotated[str, typer.Option(help="The recorded system to replay.")] = "specem",
     policy: Annotated[
         list[str] | None,
-        typer.Option(help="A policy to replay (paper, pool, peer). Repeatable. Default: all."),
+        typer.Option(
+            help="A policy to replay (paper, pool, peer, anchor: the first member anchoring, "
+            "on the rounds everyone verified). Repeatable. Default: all."
+        ),
     ] = None,
     learning_rate: Annotated[float, typer.Option(help="The policies' learning rate.")] = 1.0,
 ) -> None:

@@ -10,9 +10,13 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from hypothesis import settings
+
+if TYPE_CHECKING:
+    from postgres_server import PostgresServer
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["HF_DATASETS_OFFLINE"] = "1"
@@ -54,3 +58,33 @@ def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "nosystem": build_model(root / "nosystem", "qwen2", chat_template=NO_SYSTEM_TEMPLATE),
         "tools": build_model(root / "tools", "qwen2", chat_template=TOOLS_TEMPLATE),
     }
+
+
+def running_postgres() -> Iterator[PostgresServer]:
+    """A real PostgreSQL server (``tests/postgres_server.py``) until the generator ends;
+    the test is skipped, with the reason, where PostgreSQL is not installed."""
+    from postgres_server import PostgresServer, missing
+
+    why = missing()
+    if why is not None:
+        pytest.skip(why)
+    with PostgresServer.running() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresServer]:
+    """A real PostgreSQL server for the whole run."""
+    yield from running_postgres()
+
+
+@pytest.fixture
+def postgres_url(postgres: PostgresServer) -> str:
+    """A new empty database on the run's PostgreSQL server: its URL (with a password)."""
+    return postgres.new_database()
+
+
+@pytest.fixture
+def own_postgres() -> Iterator[PostgresServer]:
+    """A PostgreSQL server of the test's own, which it may kill and start again."""
+    yield from running_postgres()

@@ -405,8 +405,7 @@ class Request:
             seats = await self._in_time(self._open())
             names = [s.name for s in seats]
             start = (
-                # in a thread: a feedback store may wait for another process's transaction
-                await asyncio.to_thread(self.feedback.weights, names)
+                await self.feedback.aweights(names)
                 if self.feedback is not None
                 else {name: 1.0 / len(seats) for name in names}
             )
@@ -478,9 +477,7 @@ class Request:
                 return
             self.answer.add(event)
             if event.finished and self.feedback is not None:
-                await asyncio.to_thread(
-                    self.feedback.record, self.answer.weights, self.answer.dropped
-                )
+                await self.feedback.arecord(self.answer.weights, self.answer.dropped)
             yield self._update(event)
 
     async def updates(self) -> AsyncIterator[Update]:

@@ -7,12 +7,12 @@ from __future__ import annotations
 import functools
 import inspect
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar, get_args, get_origin
 
 import typer
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from rich.console import Console
 from rich.text import Text
 
@@ -93,41 +93,51 @@ def chosen_feedback(path: Path | None, task: str | None, *, json_file: bool) -> 
         raise fail(f"--feedback: {error}") from None
 
 
-def setting_option(name: str) -> inspect.Parameter:
-    """The command-line option of the request setting ``name``. A choice among names (or
-    none) is read as text, so that pydantic checks it with the other settings and a bad one
-    gets the same one-line error."""
-    field = RequestSettings.model_fields[name]
+def setting_option(
+    name: str, model: type[BaseModel] = RequestSettings, aliases: Sequence[str] = ()
+) -> inspect.Parameter:
+    """The command-line option of the field ``name`` of ``model`` (a request setting unless
+    said), also named by ``aliases``. A choice among names (or none) is read as text, so
+    that pydantic checks it with the other fields and a bad one gets the same one-line
+    error."""
+    field = model.model_fields[name]
     choices = [field.annotation, *get_args(field.annotation)]  # a choice, or one or None
     kind = str if any(get_origin(a) is Literal for a in choices) else field.annotation
+    names = ("--" + name.replace("_", "-"), *aliases) if aliases else ()
     return inspect.Parameter(
         name,
         inspect.Parameter.KEYWORD_ONLY,
         default=field.default,
-        annotation=Annotated[kind, typer.Option(help=field.description)],
+        annotation=Annotated[kind, typer.Option(*names, help=field.description)],
     )
 
 
-def with_settings(names: Sequence[str] | None = None) -> Callable[[F], F]:
-    """Give a command an option for each request setting in ``names`` (every one when
-    None); the command gets them validated together as ``settings``, a
-    :class:`RequestSettings`, and a bad value exits with status 2 and one line that names
-    its option."""
-    chosen = tuple(RequestSettings.model_fields if names is None else names)
+def with_settings(
+    names: Sequence[str] | None = None,
+    *,
+    model: type[BaseModel] = RequestSettings,
+    into: str = "settings",
+    aliases: Mapping[str, Sequence[str]] | None = None,
+) -> Callable[[F], F]:
+    """Give a command an option for each field of ``model`` in ``names`` (every one when
+    None; by default the request settings), some also named by their ``aliases``; the
+    command gets them validated together as its parameter ``into``, a ``model``, and a bad
+    value exits with status 2 and one line that names its option."""
+    chosen = tuple(model.model_fields if names is None else names)
 
     def decorate(command: F) -> F:
         signature = inspect.signature(command, eval_str=True)
-        own = [p for p in signature.parameters.values() if p.name != "settings"]
-        options = [setting_option(name) for name in chosen]
+        own = [p for p in signature.parameters.values() if p.name != into]
+        options = [setting_option(n, model, (aliases or {}).get(n, ())) for n in chosen]
 
         @functools.wraps(command)
         def run(**arguments: Any) -> Any:
             values = {name: arguments.pop(name) for name in chosen}
             try:
-                settings = RequestSettings(**values)
+                made = model(**values)
             except ValidationError as error:
                 raise fail(describe(error)) from None
-            return command(**arguments, settings=settings)
+            return command(**arguments, **{into: made})
 
         parameters = [*own, *options]
         run.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]

@@ -25,11 +25,11 @@ from typing import Any, Literal, TypeVar
 from pydantic import ConfigDict, Field
 
 from .answer_formats import ANSWER_OPTIONS, AnswerOptions, tool_names, with_instruction
-from .backends import backend_for, open_session
+from .backends import Backend, backend_for, open_session
 from .engine import EngineConfig, RoundEvent, Seat, run_rounds
 from .engine.config import EngineSettings
 from .engine.tool_calls import ParsedCall, ToolCallSplitter
-from .engine.types import MemberSession, Message, Sampling, Score, Segment
+from .engine.types import MemberSession, Message, Sampling, Score, Segment, Tool
 from .errors import EnsembleError, MemberUnavailable, RequestError, UnknownArgumentError
 from .feedback import Feedback
 from .members import Member
@@ -525,14 +525,16 @@ def merge_turns(messages: Sequence[Message]) -> list[Message]:
     return merged
 
 
+async def loaded(member: Member) -> Backend:
+    """The member's backend, resolved (a built-in one fetched and converted on first use)
+    and loaded as for a request."""
+    return await backend_for(await asyncio.to_thread(resolve, member))
+
+
 async def warm_up(members: Sequence[Member]) -> None:
-    """Resolve and load every member's backend now (fetching and converting a built-in one
-    on first use), so the first request does not wait for it."""
-
-    async def load(member: Member) -> None:
-        await backend_for(await asyncio.to_thread(resolve, member))
-
-    await asyncio.gather(*(load(m) for m in members))
+    """Resolve and load every member's backend now, so the first request does not wait
+    for it."""
+    await asyncio.gather(*(loaded(m) for m in members))
 
 
 async def count_tokens(
@@ -548,14 +550,47 @@ async def count_tokens(
         raise ValueError("count the tokens of messages or of a text, not both")
 
     async def count(member: Member) -> int:
-        member = await asyncio.to_thread(resolve, member)
-        found = await backend_for(member)
+        found = await loaded(member)
         if messages is None:
             return await found.count_text(text or "")
         return await found.count(messages, list(tools))
 
     counts = await asyncio.gather(*(count(m) for m in members))
     return dict(zip((m.label for m in members), counts))
+
+
+@dataclass(frozen=True)
+class PromptSize:
+    """A conversation's prompt as one member reads it, and the room its context has."""
+
+    tokens: int
+    context: int | None
+    """Tokens the member's context holds, prompt and answer (None: its server does not
+    say)."""
+
+
+async def contexts(members: Sequence[Member]) -> dict[str, int | None]:
+    """Each member's context, in tokens, as known now (None: not known; a server's is once
+    it has been asked once); members load as for a request."""
+    found = await asyncio.gather(*(loaded(m) for m in members))
+    return {m.label: b.context_tokens for m, b in zip(members, found)}
+
+
+async def prompt_sizes(
+    members: Sequence[Member], messages: Sequence[Message], tools: Sequence[Tool] = ()
+) -> dict[str, PromptSize]:
+    """Each member's prompt for a conversation, counted in its own tokenizer, with its
+    context: for checks made before any member runs. Counting asks a member's server to
+    tokenize, which runs no model, except on an OpenAI-style server, which counts a prompt
+    by answering it: leave such members out."""
+
+    async def size(member: Member) -> PromptSize:
+        found = await loaded(member)
+        tokens = await found.count(messages, list(tools))
+        return PromptSize(tokens, found.context_tokens)
+
+    sizes = await asyncio.gather(*(size(m) for m in members))
+    return dict(zip((m.label for m in members), sizes))
 
 
 def open_request(

@@ -7,14 +7,17 @@ machines). A test double, not a feature: users run TGI, or vLLM or llama.cpp's s
 It implements what SpecEM needs of TGI's OpenAPI schema (``tgi_protocol/``): ``GET
 /health``, ``GET /info``, ``POST /tokenize``, ``POST /chat_tokenize`` and ``POST /generate``
 (sampling with a seed, the repetition penalty, stop sequences, ``details`` and
-``decoder_input_details``). Requests run one at a time. ``prefill_logprobs=False`` answers
-prefill log-probs with null, as TGI v3 does when started without
-``--enable-prefill-logprobs``.
+``decoder_input_details``), and ``GET /metrics`` with TGI's own ``tgi_request_count`` (the
+``/generate`` requests received). Requests run one at a time. ``prefill_logprobs=False``
+answers prefill log-probs with null, as TGI v3 does when started without
+``--enable-prefill-logprobs``; ``delay`` makes each ``/generate`` wait that many seconds
+before it is answered (a slow server, for tests of time limits and admission).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import random
 import threading
 from collections.abc import Sequence
@@ -23,8 +26,9 @@ from typing import Any
 
 import torch
 from fastapi import FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 from transformers import DynamicCache
 from transformers.generation import RepetitionPenaltyLogitsProcessor
@@ -123,7 +127,7 @@ class Generator:
         return {"templated_text": text, "tokenize_response": self.tokenize(text)}
 
     def info(self) -> dict[str, Any]:
-        context = self.backend.max_context
+        context = self.backend.context_tokens
         return {
             "model_id": self.backend.name,
             "model_pipeline_tag": "text-generation",
@@ -145,10 +149,10 @@ class Generator:
     def generate(self, request: GenerateRequest) -> dict[str, Any]:
         p = request.parameters
         ids = self.tokenizer.encode(request.inputs, add_special_tokens=True)
-        room = self.backend.max_context - len(ids)
+        room = self.backend.context_tokens - len(ids)
         if not ids or room <= 0:
             raise ServerError(
-                422, f"inputs must have 1 to {self.backend.max_context - 1} tokens", "validation"
+                422, f"inputs must have 1 to {self.backend.context_tokens - 1} tokens", "validation"
             )
         max_new = min(room, 100 if p.max_new_tokens is None else p.max_new_tokens)
         seed = p.seed if p.seed is not None else random.randrange(1, 2**63)
@@ -248,13 +252,14 @@ def _choose(
     return int(torch.multinomial(probs, 1, generator=generator))
 
 
-def create_app(member: Member, *, prefill_logprobs: bool = True) -> FastAPI:
+def create_app(member: Member, *, prefill_logprobs: bool = True, delay: float = 0) -> FastAPI:
     """The FastAPI app serving ``member`` (a local member spec) over TGI's protocol, on
     transformers: a built-in model loads from its converted folder (about a second), not
     from its GGUF, which transformers reads in 20-40 s."""
     local = TransformersBackend.load(resolve(member.model_copy(update={"backend": "transformers"})))
     generator = Generator(local, prefill_logprobs=prefill_logprobs)
     app = FastAPI(title="specem TGI test server", version=version("specem-chain"))
+    received = {"generate": 0}
 
     @app.exception_handler(ServerError)
     async def _server_error(_: Request, error: ServerError) -> JSONResponse:
@@ -283,8 +288,16 @@ def create_app(member: Member, *, prefill_logprobs: bool = True) -> FastAPI:
         return generator.chat_tokenize(request)
 
     @app.post("/generate")
-    def generate(request: GenerateRequest) -> dict[str, Any]:
-        return generator.generate(request)
+    async def generate(request: GenerateRequest) -> dict[str, Any]:
+        received["generate"] += 1
+        await asyncio.sleep(delay)
+        return await run_in_threadpool(generator.generate, request)
+
+    @app.get("/metrics")
+    def metrics() -> PlainTextResponse:
+        return PlainTextResponse(
+            f"# TYPE tgi_request_count counter\ntgi_request_count {received['generate']}\n"
+        )
 
     return app
 
@@ -303,8 +316,13 @@ def main() -> None:
         action="store_false",
         help="answer prefill log-probs with null, as TGI v3 without --enable-prefill-logprobs",
     )
+    parser.add_argument(
+        "--delay", type=float, default=0, help="seconds each /generate waits before its answer"
+    )
     args = parser.parse_args()
-    app = create_app(Member(source=args.member), prefill_logprobs=args.prefill_logprobs)
+    app = create_app(
+        Member(source=args.member), prefill_logprobs=args.prefill_logprobs, delay=args.delay
+    )
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
 
 

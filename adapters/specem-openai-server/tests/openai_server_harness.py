@@ -7,6 +7,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any
 
 import httpx
 import uvicorn
@@ -35,18 +36,23 @@ def serve(
     settings: RequestSettings | None = None,
     *,
     feedback: Feedback | None = None,
+    log_level: str = "warning",
+    **options: Any,
 ) -> Iterator[str]:
     """``with serve(members, settings) as base_url: ...``: uvicorn in a thread for the
-    block (with task-level ``feedback``, as ``create_app`` takes it)."""
+    block (with task-level ``feedback`` and the guard's ``options``, as ``create_app``
+    takes them). At ``log_level="debug"`` uvicorn's loggers are left as they are, so that
+    the test's own logging (pytest's ``caplog``) sees every record."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     server = uvicorn.Server(
         uvicorn.Config(
-            create_app(members, settings, feedback=feedback),
+            create_app(members, settings, feedback=feedback, **options),
             host="127.0.0.1",
             port=port,
-            log_level="warning",
+            log_level=log_level,
+            log_config=None if log_level == "debug" else uvicorn.config.LOGGING_CONFIG,
         )
     )
     thread = threading.Thread(target=server.run, name="specem-test-server", daemon=True)

@@ -129,7 +129,7 @@ def test_an_image_part_is_a_400_that_says_text_only(client):
 
 
 def test_a_bad_streaming_request_is_a_400_before_any_event(client):
-    with pytest.raises(openai.BadRequestError, match="context holds 256"):
+    with pytest.raises(openai.BadRequestError, match="holds 256 tokens"):
         client.chat.completions.create(
             model="specem",
             messages=[{"role": "user", "content": "clips " * 400}],

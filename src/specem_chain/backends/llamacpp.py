@@ -142,7 +142,7 @@ class LlamaCppBackend:
         of :data:`CHUNK`): what a new request may share."""
         self.owner: LlamaCppSession | None = None
         """The session whose calls built the cache, or the new one about to share it."""
-        self.max_context = min(CONTEXT, llm._model.n_ctx_train() or CONTEXT)
+        self.context_tokens = min(CONTEXT, llm._model.n_ctx_train() or CONTEXT)
         meta = llm.metadata
         special = {
             name: self.detokenize([int(meta[f"tokenizer.ggml.{name}_id"])], special=True)
@@ -232,8 +232,8 @@ class LlamaCppBackend:
     ) -> LlamaCppSession:
         """Start a request; its prompt is read by its first draft or verification."""
         session = LlamaCppSession(self, self.template.render(messages, tools))
-        holds = f"whose context holds {self.max_context}"
-        check_prompt(self.name, session.prompt_tokens, self.max_context - 1, holds)
+        holds = f"whose context holds {self.context_tokens}"
+        check_prompt(self.name, session.prompt_tokens, self.context_tokens - 1, holds)
         if self.batcher is not None:
             session.slot = await self.batcher.slot()
             session.executor = self.batcher.executor
@@ -428,7 +428,7 @@ class LlamaCppSession(LocalSession):
                 end_of_turn=backend.end_of_turn,
                 decode=self._decode,
                 window=window,
-                room=backend.max_context - len(self.ids),
+                room=backend.context_tokens - len(self.ids),
                 run_on=run_on,
                 fits=fits,
             )

@@ -74,6 +74,9 @@ class Echo:
 class OpenAICompletionsBackend:
     """One completions server: its connection pool, served model and chat template."""
 
+    context_tokens = None
+    """An OpenAI-style server does not say how long its context is."""
+
     def __init__(self, member: Member) -> None:
         self.member = member
         self.client = RemoteClient(member, member.source)

@@ -17,6 +17,10 @@ from ..members import Member
 class Backend(Protocol):
     """What is shared and heavy about one member; :meth:`open` starts a request on it."""
 
+    context_tokens: int | None
+    """Tokens the member's context holds, prompt and answer together (None where its server
+    does not say; a server's is known once a request or :meth:`count` has reached it)."""
+
     async def open(self, messages: Sequence[Message], tools: Sequence[Tool] = ()) -> MemberSession:
         """A session for one request: the conversation rendered with the member's chat
         template (tools included) and read into the member's context."""

@@ -57,6 +57,10 @@ class TGIBackend:
         """The text of the token that ends the member's turn in its chat template."""
         self._checked = False
 
+    @property
+    def context_tokens(self) -> int | None:
+        return self.max_total_tokens or None
+
     async def ready(self) -> None:
         """Check once that the URL is a TGI server that returns prefill log-probs.
         Requests that start together may both check; that is harmless."""

@@ -75,7 +75,7 @@ class TransformersBackend:
         self.device = model.device
         self.template = tokenizer_template(tokenizer)
         self.end_of_turn, self.turn_end = end_of_turn_ids(model, tokenizer, self.template)
-        self.max_context = int(getattr(model.config, "max_position_embeddings", 0) or 2**31)
+        self.context_tokens = int(getattr(model.config, "max_position_embeddings", 0) or 2**31)
 
     @classmethod
     def load(cls, member: Member) -> TransformersBackend:
@@ -111,8 +111,8 @@ class TransformersBackend:
     ) -> TransformersSession:
         """Start a request: render the conversation and read it into a fresh KV cache."""
         session = TransformersSession(self, self.template.render(messages, tools))
-        holds = f"whose context holds {self.max_context}"
-        check_prompt(self.name, session.prompt_tokens, self.max_context - 1, holds)
+        holds = f"whose context holds {self.context_tokens}"
+        check_prompt(self.name, session.prompt_tokens, self.context_tokens - 1, holds)
         await asyncio.to_thread(session.prefill)
         return session
 
@@ -202,7 +202,7 @@ class TransformersSession(LocalSession):
                 end_of_turn=self.backend.end_of_turn,
                 decode=self._decode,
                 window=window,
-                room=self.backend.max_context - len(self.ids),
+                room=self.backend.context_tokens - len(self.ids),
                 run_on=run_on,
                 fits=fits,
             )

@@ -129,6 +129,10 @@ class VLLMBackend:
         return self.member.label
 
     @property
+    def context_tokens(self) -> int | None:
+        return self.max_model_len or None
+
+    @property
     def stop(self) -> tuple[str, ...]:
         """Text that ends the member's turn when it appears in a draft."""
         if self.plain:

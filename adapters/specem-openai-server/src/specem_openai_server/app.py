@@ -2,10 +2,12 @@
 (liveness), ``/ready`` (readiness: each member, and whether the server takes requests) and
 ``/metrics`` (Prometheus, :mod:`.metrics`).
 
-Every chat completion is one :func:`specem_chain.open_request` with its own sessions and
-weights, so concurrent requests run side by side on the server's event loop. With task-level
-feedback, each starts from its task's weights and carries its own over. A SIGTERM drains the
-server (:mod:`.drain`).
+A request passes the guard before any member runs: its key (:mod:`.keys`), the drain
+(:mod:`.drain`), its body's size and a slot among the answers in progress
+(:mod:`.admission`), then its fields and its prompt's length (:mod:`.limits`). Every chat
+completion is then one :func:`specem_chain.open_request` with its own sessions and weights,
+so concurrent requests run side by side on the server's event loop. With task-level
+feedback, each starts from its task's weights and carries its own over.
 """
 
 from __future__ import annotations
@@ -30,9 +32,12 @@ from specem_chain.request import merge_call, warm_up
 from starlette.exceptions import HTTPException
 
 from . import metrics
+from .admission import Admission, Admit
 from .drain import DRAIN_S, Drain, Draining
 from .errors import APIError, api_error, bad_request, validation_error
 from .from_openai import call_arguments, turns_from_openai
+from .keys import ApiKeys, RequireKey
+from .limits import Guard, Limits
 from .readiness import readiness
 from .schema import ChatCompletion, ChatCompletionChunk, ChatCompletionRequest, Model, ModelList
 from .to_openai import Chunks, completion
@@ -45,6 +50,9 @@ def create_app(
     load: bool = False,
     feedback: Feedback | None = None,
     drain_s: float = DRAIN_S,
+    limits: Limits | None = None,
+    keys: ApiKeys | None = None,
+    metrics_need_key: bool = False,
 ) -> FastAPI:
     """An OpenAI-compatible app serving the ensemble of ``members`` (``Member`` objects or
     member specs) with ``settings`` as every request's defaults; a request's
@@ -52,6 +60,10 @@ def create_app(
     override theirs. Run it with uvicorn. With ``load``, it loads every member as it
     starts (and does not start where one cannot load); else each loads at its first
     request, and one that cannot makes that request a 503.
+
+    ``limits`` are the guard's (:class:`~.limits.Limits`; None: every default). With
+    ``keys`` that hold any key, every request under ``/v1/`` (and ``/metrics`` with
+    ``metrics_need_key``) needs one of them.
 
     With ``feedback`` (task-level feedback, a :class:`~specem_chain.Feedback`), every
     answer starts from the task's weights and carries its own over; with a feedback store
@@ -63,6 +75,9 @@ def create_app(
     members = member_list(members)
     drain = Drain(drain_s)
     defaults = settings or RequestSettings()
+    limits = limits or Limits()
+    keys = keys or ApiKeys()
+    guard = Guard.of(limits, members, defaults.max_tokens)
     name = ensemble_name(members)
     tasks: dict[str, Feedback] = {}
 
@@ -86,6 +101,7 @@ def create_app(
         if load:  # in this process: each worker of a server holds its own
             await warm_up(members)
         drain.install()
+        keys.install_reload()
         try:
             yield
         finally:
@@ -96,7 +112,11 @@ def create_app(
         description="SpecEM behind the OpenAI chat API.",
         lifespan=lifespan,
     )
+    # the outermost last: the key, then the drain, then the body and a slot
+    admission = Admission(guard.max_concurrent_requests, guard.max_queue)
+    app.add_middleware(Admit, admission=admission, path=CHAT, max_body_bytes=limits.max_body_bytes)
     app.add_middleware(Draining, drain=drain, refused=refused)
+    app.add_middleware(RequireKey, keys=keys, metrics_need_key=metrics_need_key)
     started = int(time.time())
 
     @app.exception_handler(RequestValidationError)
@@ -136,10 +156,14 @@ def create_app(
     async def chat_completions(body: ChatCompletionRequest) -> ChatCompletion | StreamingResponse:
         started = time.perf_counter()
         try:  # bad input fails here, before any member runs
+            guard.check_fields(body)
             settings, options = merge_call(defaults, call_arguments(body))
             turns = turns_from_openai(body.messages)
             request = open_request(
                 members, turns, settings, options, feedback=await task_feedback(body)
+            )
+            await guard.check_prompt(
+                request.members, request.messages, request.format.tools, settings.max_tokens
             )
         except Exception as error:
             failure = api_error(error)
@@ -192,10 +216,14 @@ def serving(
     settings: RequestSettings,
     feedback: Feedback | None = None,
     drain_s: float = DRAIN_S,
+    limits: Limits | None = None,
+    keys: ApiKeys | None = None,
+    metrics_need_key: bool = False,
 ) -> str:
     """What :data:`SERVED` holds: the members (their API keys included: it goes only to the
-    server's own worker processes), the settings, the feedback store's path and task and
-    the drain's seconds, as JSON."""
+    server's own worker processes), the settings, the feedback store's path and task, the
+    drain's seconds, the guard's limits and the server's keys (their digests and key
+    file), as JSON."""
     if feedback is not None and feedback.path is None:
         raise ValueError("the workers of a server share task feedback in a feedback store")
     return json.dumps(
@@ -208,6 +236,9 @@ def serving(
             "settings": settings.model_dump(mode="json"),
             "feedback": ({"path": str(feedback.path), "task": feedback.task} if feedback else None),
             "drain_s": drain_s,
+            "limits": (limits or Limits()).model_dump(),
+            "keys": (keys or ApiKeys()).shared(),
+            "metrics_need_key": metrics_need_key,
         }
     )
 
@@ -222,7 +253,10 @@ def served() -> FastAPI:
         RequestSettings.model_validate(data["settings"]),
         load=True,
         feedback=Feedback.open(store["path"], store["task"]) if store else None,
-        drain_s=data.get("drain_s", DRAIN_S),
+        drain_s=data["drain_s"],
+        limits=Limits.model_validate(data["limits"]),
+        keys=ApiKeys.from_shared(data["keys"]),
+        metrics_need_key=data["metrics_need_key"],
     )
 
 

@@ -4,11 +4,13 @@ point (group ``specem_chain.commands``)."""
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import os
+import signal
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from specem_chain import Member, RequestSettings, models
@@ -25,13 +27,16 @@ from specem_chain.members import ensemble_name
 from specem_chain.request import warm_up
 
 from .drain import CUT_S, DRAIN_S
+from .keys import ENVIRONMENT, ApiKeys, KeysError
+from .limits import Limits
 
 MULTIPROC_DIR = "PROMETHEUS_MULTIPROC_DIR"
 """Where prometheus-client's multiprocess mode keeps each worker's values (set here before
 the workers start; the metrics module is imported by them, not here)."""
 
 
-@with_settings()
+@with_settings(aliases={"answer_timeout": ["--request-timeout"]})
+@with_settings(model=Limits, into="limits")
 def serve(
     member: Annotated[
         list[str] | None,
@@ -86,8 +91,32 @@ def serve(
             "reads. Keep it under Kubernetes' terminationGracePeriodSeconds (30 by default).",
         ),
     ] = DRAIN_S,
+    api_key: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--api-key",
+            envvar=ENVIRONMENT,
+            show_envvar=True,
+            help="A key every request under /v1/ must send (Authorization: Bearer KEY; the "
+            "OpenAI client's api_key). Repeatable. Without any key the server answers anyone "
+            "who reaches its port.",
+        ),
+    ] = None,
+    api_key_file: Annotated[
+        Path | None,
+        typer.Option(
+            help="A file of keys, one a line (# starts a comment), read again on SIGHUP: add "
+            "or revoke a key without a restart.",
+            dir_okay=False,
+        ),
+    ] = None,
+    metrics_need_key: Annotated[
+        bool,
+        typer.Option(help="/metrics needs a key too (/health and /ready never do)."),
+    ] = False,
     *,
     settings: RequestSettings,
+    limits: Limits,
 ) -> None:
     """Serve the ensemble over the OpenAI chat API: POST /v1/chat/completions. The settings
     are every request's defaults; a request's max_tokens, temperature, seed,
@@ -95,6 +124,12 @@ def serve(
     GET /ready the readiness probe (every member, and 503 while fewer than min_members can
     serve or the server drains), GET /metrics the Prometheus metrics (every worker's)."""
     quiet_transformers()
+    try:
+        keys = ApiKeys(api_key or (), api_key_file)
+    except KeysError as error:
+        raise fail(f"--api-key{'-file' if api_key_file else ''}: {error}") from None
+    if metrics_need_key and not keys.required:
+        raise fail("--metrics-need-key: give --api-key or --api-key-file, the keys it needs")
     feedback = chosen_feedback(feedback_path, task, json_file=False)
     members = chosen_members(member)
     try:
@@ -120,20 +155,63 @@ def serve(
     err.print(f"serving {ensemble_name(members)} at http://{host}:{port}/v1")
     if feedback is not None:
         err.print(f"feedback: {feedback_path}, task {feedback.task} ({feedback.answers} answers)")
+    if keys.required:
+        err.print(
+            f"API keys: {len(keys)} ({'and /metrics' if metrics_need_key else '/v1/'} need one)"
+        )
+    elif not loopback(host):
+        err.print(
+            f"warning: no API key, and --host {host} listens beyond this machine: anyone who "
+            f"reaches port {port} can use every member; give --api-key or --api-key-file",
+            style="yellow",
+            soft_wrap=True,  # one line, whatever the terminal's width
+        )
+    guarding: dict[str, Any] = {
+        "limits": limits, "keys": keys, "metrics_need_key": metrics_need_key,
+    }  # fmt: skip
     if workers == 1:
-        app = create_app(members, settings, feedback=feedback, drain_s=drain_seconds)
+        app = create_app(members, settings, feedback=feedback, drain_s=drain_seconds, **guarding)
         uvicorn.run(app, **stop)
         return
-    os.environ[SERVED] = serving(members, settings, feedback, drain_seconds)
+    os.environ[SERVED] = serving(members, settings, feedback, drain_seconds, **guarding)
     if feedback is not None:
         feedback.close()  # each worker opens the store itself
     if os.environ.get(MULTIPROC_DIR):  # the operator's own directory
-        uvicorn.run("specem_openai_server.app:served", factory=True, workers=workers, **stop)
+        supervise(workers, stop)
         return
     # the workers' metrics, added up at /metrics: this server's alone, gone at its exit
     with tempfile.TemporaryDirectory(prefix="specem-metrics-") as shared:
         os.environ[MULTIPROC_DIR] = shared
-        uvicorn.run("specem_openai_server.app:served", factory=True, workers=workers, **stop)
+        supervise(workers, stop)
+
+
+def loopback(host: str) -> bool:
+    """Whether ``host`` is reachable from this machine only."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: it may resolve to any interface
+        return False
+
+
+def supervise(workers: int, options: dict[str, Any]) -> None:
+    """Run the workers under uvicorn's supervisor, as ``uvicorn.run`` does, but with a
+    SIGHUP passed on to every worker (each reads its key file again) instead of
+    uvicorn's restart of them all (which would load every in-process member again)."""
+    import uvicorn
+    from uvicorn.supervisors import Multiprocess
+
+    class Supervisor(Multiprocess):
+        def handle_hup(self) -> None:
+            for process in self.processes:
+                if process.pid is not None:
+                    os.kill(process.pid, signal.SIGHUP)
+
+    config = uvicorn.Config(
+        "specem_openai_server.app:served", factory=True, workers=workers, **options
+    )
+    Supervisor(config, sockets=[config.bind_socket()]).run()
 
 
 async def checked(members: Sequence[Member]) -> None:

@@ -1,5 +1,6 @@
-"""Errors as OpenAI-shaped answers: the caller's fault (400), the members' or the feedback
-store's (503) or ours (500)."""
+"""Errors as OpenAI-shaped answers: the caller's fault (400; 401 without a valid key, 413 for
+a body too large, 429 when the server is full), the members' or the feedback store's (503),
+an answer past its time (504) or ours (500)."""
 
 from __future__ import annotations
 
@@ -58,8 +59,8 @@ def api_error(error: Exception) -> APIError:
         return APIError(500, str(error), "server_error", "answer_format")
     if isinstance(error, SpecEMError):  # a member cannot be loaded or reached
         return APIError(503, str(error), "service_unavailable", "member_unavailable")
-    if isinstance(error, TimeoutError):
-        return APIError(503, str(error), "service_unavailable", "timeout")
+    if isinstance(error, TimeoutError):  # the answer's own time (--answer-timeout)
+        return APIError(504, str(error), "timeout", "timeout")
     if isinstance(error, ValidationError):  # a request setting out of its range
         return validation_error(error)
     if isinstance(error, (ValueError, TypeError)):
@@ -69,7 +70,12 @@ def api_error(error: Exception) -> APIError:
 
 def validation_error(error: RequestValidationError | ValidationError) -> APIError:
     """A request body that does not fit the schema, or a setting it gives that does not
-    fit the request's settings, named by its first bad field."""
+    fit the request's settings, named by its first bad field; a body that is not JSON
+    says where it stops being JSON."""
     first = error.errors()[0]
+    if first["type"] == "json_invalid":  # the location is a character's position
+        at = first["loc"][-1]
+        why = first.get("ctx", {}).get("error", first["msg"])
+        return bad_request(f"the body is not valid JSON: {why} (at character {at})")
     where = ".".join(str(p) for p in first["loc"] if p != "body")
     return bad_request(f"{where or 'body'}: {first['msg']}", where or None)

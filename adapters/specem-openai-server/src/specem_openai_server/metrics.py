@@ -1,6 +1,7 @@
 """Prometheus metrics, served at ``/metrics``: requests by outcome, latency, rounds, each
-member's drafting and scoring time, tokens, segments won, dropped members and the
-task-feedback weights.
+member's drafting and scoring time, tokens, segments won, dropped members, the
+task-feedback weights, and the guard's work: answers in progress, requests queued, their
+time in the queue, and requests refused before they were answered.
 
 The app calls :func:`finished` once per chat completion (whatever its end). With
 ``specem serve --workers N`` the workers are separate processes: the command sets
@@ -31,10 +32,16 @@ if TYPE_CHECKING:
 
 MULTIPROC_DIR = "PROMETHEUS_MULTIPROC_DIR"
 
-OUTCOMES = ("ok", "invalid", "unavailable", "draining", "cut", "error", "disconnected")
-"""How a chat completion ended: answered; refused as the caller's fault (400); a member,
-the feedback store or the answer's time failed (503); refused because the server drains
+OUTCOMES = (
+    "ok", "invalid", "unavailable", "timeout", "draining", "cut", "error", "disconnected",
+)  # fmt: skip
+"""How a chat completion ended: answered; refused as the caller's fault (400); a member or
+the feedback store failed (503); past its time (504); refused because the server drains
 (503); cut at the drain's deadline; a server error (500); the client left mid-stream."""
+
+REJECTIONS = ("invalid_api_key", "overloaded", "body_too_large")
+"""Why the guard refused a request before the app saw it: no valid key (401), the queue
+was full (429), the body was too large (413)."""
 
 ANSWER_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600)
 ROUND_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
@@ -91,8 +98,36 @@ TASK_WEIGHT = Gauge(
     multiprocess_mode="mostrecent",
 )
 
-for outcome in OUTCOMES:  # every outcome shows, at 0 until it happens
+REJECTED = Counter(
+    "specem_rejected",
+    "Requests the guard refused before the app saw them, by reason.",
+    ["reason"],
+)
+IN_PROGRESS = Gauge(
+    "specem_requests_in_progress",
+    "Chat completions admitted and not yet ended (a stream until its last event).",
+    multiprocess_mode="livesum",
+)
+QUEUED = Gauge(
+    "specem_requests_queued",
+    "Chat completions waiting for a slot (--max-concurrent-requests).",
+    multiprocess_mode="livesum",
+)
+QUEUE_SECONDS = Histogram(
+    "specem_queue_seconds",
+    "Time a chat completion waited in the queue for a slot (those that waited).",
+    buckets=ANSWER_BUCKETS,
+)
+
+for outcome in OUTCOMES:  # every outcome and reason shows, at 0 until it happens
     REQUESTS.labels(outcome)
+for reason in REJECTIONS:
+    REJECTED.labels(reason)
+
+
+def rejected(reason: str) -> None:
+    """Count a request the guard refused (one of :data:`REJECTIONS`)."""
+    REJECTED.labels(reason).inc()
 
 
 def finished(
@@ -144,6 +179,8 @@ def outcome_of(status: int, code: str | None) -> str:
         return "invalid"
     if code == "server_shutting_down":
         return "cut"
+    if status == 504:
+        return "timeout"
     return "unavailable" if status == 503 else "error"
 
 

@@ -49,9 +49,12 @@ class StreamOptions(BaseModel):
 
 
 class ChatCompletionRequest(BaseModel):
-    """A chat-completions request. Fields OpenAI defines but SpecEM has no use for (logit
-    bias, user, ...) are ignored, as other compatible servers do; the model name is too,
-    since the server serves one ensemble."""
+    """A chat-completions request: the fields the server reads. Any other field is kept in
+    ``model_extra``, where the guard refuses those OpenAI defines and the server does not
+    implement (:data:`.limits.UNSUPPORTED`); the rest are ignored, as other compatible
+    servers do (:data:`.limits.IGNORED`)."""
+
+    model_config = ConfigDict(extra="allow")
 
     model: str | None = None
     messages: list[ChatMessage] = Field(min_length=1)
@@ -72,7 +75,6 @@ class ChatCompletionRequest(BaseModel):
         "again to break a loop (1: off); checked as the request setting of that name.",
     )
     stop: str | list[str] | None = None
-    n: Literal[1] = 1
     stream: bool = False
     stream_options: StreamOptions | None = None
     tools: list[dict[str, Any]] | None = None
@@ -92,10 +94,18 @@ class Usage(BaseModel):
     total_tokens: int
 
 
+def absent(value: object) -> bool:
+    """Whether a field is left out of the wire format: OpenAI's schema lets it be absent,
+    not null."""
+    return value is None
+
+
 class AssistantMessage(BaseModel):
     role: Literal["assistant"] = "assistant"
     content: str | None
-    tool_calls: list[ToolCall] | None = None
+    refusal: str | None = None
+    """Always null: the members' answer is never a refusal in OpenAI's sense."""
+    tool_calls: list[ToolCall] | None = Field(None, exclude_if=absent)
 
 
 FinishReason = Literal["stop", "length", "tool_calls"]
@@ -124,9 +134,9 @@ class DeltaToolCall(ToolCall):
 
 
 class Delta(BaseModel):
-    role: Literal["assistant"] | None = None
+    role: Literal["assistant"] | None = Field(None, exclude_if=absent)
     content: str | None = None
-    tool_calls: list[DeltaToolCall] | None = None
+    tool_calls: list[DeltaToolCall] | None = Field(None, exclude_if=absent)
 
 
 class ChunkChoice(BaseModel):

@@ -17,7 +17,7 @@ import pytest
 from specem_chain import Feedback
 from specem_chain.errors import FeedbackError
 from specem_chain.feedback import postgres
-from specem_chain.feedback.postgres import LAYOUT, TASKS, Pending, recording, run
+from specem_chain.feedback.postgres_sql import LAYOUT, TASKS, Pending, recording, run
 
 
 @pytest.fixture

@@ -26,7 +26,8 @@ restart. Every kind updates the weights with the same pure functions (:mod:`.upd
 - :mod:`.update`: the update, as pure functions;
 - :mod:`.memory`: :class:`Feedback`, in memory;
 - :mod:`.stored`: :class:`StoredFeedback`, a task of a store, and the stores' protocol;
-- :mod:`.sqlite`, :mod:`.postgres`: the stores.
+- :mod:`.sqlite`, :mod:`.postgres`: the stores (:mod:`.postgres_sql`: the tables and
+  transactions of the PostgreSQL one).
 """
 
 from .memory import Feedback

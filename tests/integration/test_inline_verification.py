@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 import torch
 from reference_scoring import QUESTION, separate_scores
 
-from specem_chain.backends.transformers import TransformersBackend, inline_mask
+from specem_chain.backends.transformers import TransformersBackend, cache_keyword, inline_mask
 from specem_chain.engine.types import Segment
 from specem_chain.members import Member, Sampling
 
@@ -121,3 +123,15 @@ async def test_drafting_is_reproducible_with_a_seed(tiny_models):
     first = await (await backend.open(QUESTION)).draft(8, Sampling(), 123)
     again = await (await backend.open(QUESTION)).draft(8, Sampling(), 123)
     assert first == again
+
+
+def test_the_cache_is_passed_by_the_keyword_the_model_takes(tiny_models):
+    """transformers 5.24 renamed the forward's ``past_key_values`` to ``cache``; under the
+    other name the cache is ignored and stays empty (the GPU image has 5.17)."""
+    backend = TransformersBackend.load(Member.local(str(tiny_models["llama"])))
+    assert backend.cache_keyword in inspect.signature(backend.model.forward).parameters
+
+    def forward_before_5_24(input_ids=None, past_key_values=None, use_cache=None, **kwargs):
+        """The signature of a causal LM's forward in transformers 5.0 to 5.23."""
+
+    assert cache_keyword(type("Older", (), {"forward": forward_before_5_24})) == "past_key_values"

@@ -10,6 +10,7 @@ to the prefix afterwards, so no token is ever read twice.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -65,6 +66,14 @@ def end_of_turn_ids(
     return frozenset(ids), min(ids)
 
 
+def cache_keyword(model: Any) -> str:
+    """The keyword the model's forward takes its KV cache by: ``cache`` from transformers
+    5.24 on, ``past_key_values`` before. Under the other name the cache would reach the
+    attention layers as an unknown keyword, be ignored there, and silently stay empty."""
+    parameters = inspect.signature(model.forward).parameters
+    return "cache" if "cache" in parameters else "past_key_values"
+
+
 class TransformersBackend:
     """A loaded causal LM and its tokenizer, shared by every request of one member."""
 
@@ -76,6 +85,7 @@ class TransformersBackend:
         self.template = tokenizer_template(tokenizer)
         self.end_of_turn, self.turn_end = end_of_turn_ids(model, tokenizer, self.template)
         self.context_tokens = int(getattr(model.config, "max_position_embeddings", 0) or 2**31)
+        self.cache_keyword = cache_keyword(model)
 
     @classmethod
     def load(cls, member: Member) -> TransformersBackend:
@@ -158,8 +168,8 @@ class TransformersSession(LocalSession):
             input_ids=torch.tensor([list(ids)], device=device),
             attention_mask=mask,
             position_ids=positions.unsqueeze(0),
-            cache=self.cache,
             use_cache=True,
+            **{self.backend.cache_keyword: self.cache},
         )
         return out.logits[0].float()
 

@@ -38,7 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -84,9 +84,12 @@ class Timeline:
 
 
 @contextmanager
-def specem_serve(members: list[str], port: int, workers: int, log: Path) -> Iterator[str]:
-    """``specem serve`` on the members until the block ends; its base URL once ready."""
-    command = [SPECEM, "serve", "--port", str(port), "--workers", str(workers)]
+def specem_serve(
+    members: list[str], port: int, log: Path, options: Sequence[str] = ()
+) -> Iterator[str]:
+    """``specem serve`` on the members with ``options`` until the block ends; its base URL
+    once ready."""
+    command = [SPECEM, "serve", "--port", str(port), *options]
     for member in members:
         command += ["-m", member]
     with log.open("wb") as sink:
@@ -225,7 +228,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     faulty = members[args.faulty - 1]
     health = f"{api_root(str(faulty.source))}/health"
     log = Path(tempfile.gettempdir()) / "specem-serve-faults.log"
-    with specem_serve(args.members, args.port, args.workers, log) as base:
+    with specem_serve(args.members, args.port, log, ["--workers", str(args.workers)]) as base:
         names = [m["member"] for m in httpx.get(f"{base}/ready", timeout=10).json()["members"]]
         name = names[args.faulty - 1]
         async with httpx.AsyncClient(timeout=None) as client:  # warm every worker's members

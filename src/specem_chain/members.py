@@ -38,6 +38,18 @@ BackendName = Literal["auto", "transformers", "llamacpp"]
 
 SPEC_PREFIXES: dict[str, Kind] = {"tgi+": "tgi", "vllm+": "vllm", "openai+": "openai"}
 
+SESSION_HEADER = "X-Session-ID"
+"""The session header a remote member sends by default (:attr:`Member.session_header`),
+which a router's session affinity names (vLLM production-stack's router:
+``--routing-logic session --session-key X-Session-ID``; nginx: ``hash $http_x_session_id
+consistent``)."""
+HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+"""An HTTP header's name (RFC 9110's token)."""
+CLIENT_HEADERS = frozenset(
+    {"accept", "authorization", "connection", "content-length", "content-type", "host"}
+)
+"""Headers the member's client sets itself, which a session header may not replace."""
+
 
 class Member(BaseModel):
     """One member of the ensemble.
@@ -93,6 +105,13 @@ class Member(BaseModel):
     retries: int = Field(
         2, ge=0, le=10, description="Retries of a request after connection errors and 5xx."
     )
+    session_header: str | None = Field(
+        SESSION_HEADER,
+        description="A remote member: the header every request of one answer carries, with "
+        "the answer's id (Answer.id), so that a router with session affinity in front of "
+        "several replicas of the member's server keeps the answer on one, which reads its "
+        "context once; None: none (for a server that refuses headers it does not know).",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -123,6 +142,14 @@ class Member(BaseModel):
             raise ValueError(
                 f"a {self.kind} member renders the conversation with its server's own chat "
                 "template; tokenizer and chat_template apply to openai members only"
+            )
+        header = self.session_header
+        if header is not None and (
+            not HEADER_NAME.match(header) or header.lower() in CLIENT_HEADERS
+        ):
+            raise ValueError(
+                f"session_header must be an HTTP header's name (letters, digits, '-') other "
+                f"than {sorted(CLIENT_HEADERS)}, or None for none; got {header!r}"
             )
         if self.batching and (self.remote or self.backend == "transformers"):
             where = f"a {self.kind} member" if self.remote else "backend='transformers'"

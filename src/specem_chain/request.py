@@ -183,6 +183,10 @@ class Answer:
     """Everything one request produced, gathered from its round events."""
 
     members: list[str]
+    id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    """The answer's id: its remote members send it in their session header
+    (:attr:`Member.session_header <specem_chain.members.Member.session_header>`), so that a
+    router keeps every request of the answer on one replica of a member's server."""
     prompt_tokens: dict[str, int] = field(default_factory=dict)
     rounds: list[RoundEvent] = field(default_factory=list)
     unavailable: dict[str, str] = field(default_factory=dict)
@@ -444,7 +448,7 @@ class Request:
             m.label: m.backend if m.kind == "local" else m.kind for m in resolved
         }
         opened = await asyncio.gather(
-            *(open_session(m, self.messages, self.format.tools) for m in resolved),
+            *(open_session(m, self.messages, self.format.tools, self.answer.id) for m in resolved),
             return_exceptions=True,
         )
         self._sessions = [s for s in opened if not isinstance(s, BaseException)]

@@ -59,7 +59,7 @@ async def test_recorded_response_is_parsed(recorded: Path, monkeypatch) -> None:
     schema = schema_of("/generate", "post", "response")
     backend = TGIBackend(Member.tgi("http://tgi.invalid"))
     backend.max_total_tokens = 4096
-    session = TGISession(backend, "context", [1, 2])
+    session = TGISession(backend, backend.client, "context", [1, 2])
     for response in responses:
         validate(response, schema)
 

@@ -129,3 +129,17 @@ def test_the_block_size_is_read_from_vllms_cache_config_metric():
     assert cache_block(line % ("16", "False")) == 0
     assert cache_block(line % ("None", "True")) is None
     assert cache_block("") is None and cache_block(None) is None
+
+
+def test_the_session_header_is_a_header_name_or_none() -> None:
+    assert Member.tgi("http://h:1").session_header == "X-Session-ID"
+    assert Member.vllm("http://h:1", session_header=None).session_header is None
+    assert Member.vllm("http://h:1", session_header="X-User-Id").session_header == "X-User-Id"
+    for bad in ("", "X Session", "X-Session:", "Authorization", "content-type", "Host"):
+        with pytest.raises(ValidationError, match="session_header must be an HTTP header's name"):
+            Member.tgi("http://h:1", session_header=bad)
+    client = RemoteClient(Member.tgi("http://h:1", session_header=None), "http://h:1")
+    assert client.answering("a1") is client
+    client = RemoteClient(Member.tgi("http://h:1"), "http://h:1")
+    assert client.answering(None) is client
+    assert client.answering("a1").headers == {"X-Session-ID": "a1"}

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import httpx
 
@@ -19,6 +20,15 @@ MAX_CONNECTIONS = 16
 
 BACKOFF_S = 0.2
 """First retry delay; it doubles with each retry."""
+
+
+class Caller(Protocol):
+    """What sends a backend's requests: its :class:`RemoteClient`, or the client as one
+    answer's (:meth:`RemoteClient.answering`)."""
+
+    async def get(self, path: str) -> Any: ...
+
+    async def post(self, path: str, body: dict[str, Any]) -> Any: ...
 
 
 class RemoteClient:
@@ -42,6 +52,7 @@ class RemoteClient:
         if (key := member.key()) is not None:
             self._headers["Authorization"] = f"Bearer {key}"
         self._clients: dict[asyncio.AbstractEventLoop, httpx.AsyncClient] = {}
+        self.session_header = member.session_header
         self.answered_at: float | None = None
         """When the server last answered a request well (``time.monotonic()``)."""
 
@@ -62,6 +73,16 @@ class RemoteClient:
                 ),
             )
         return self._clients[loop]
+
+    def answering(self, answer: str | None) -> Caller:
+        """This client for one answer's requests: each carries the member's session header
+        (:attr:`Member.session_header <specem_chain.members.Member.session_header>`) with
+        the answer's id, so that a router with session affinity sends every request of the
+        answer to one replica of the server; the client itself where the member sends no
+        such header, or outside an answer (``answer`` None)."""
+        if answer is None or self.session_header is None:
+            return self
+        return AnswerClient(self, {self.session_header: answer})
 
     async def get(self, path: str) -> Any:
         return await self.request("GET", path)
@@ -98,15 +119,22 @@ class RemoteClient:
     async def post(self, path: str, body: dict[str, Any]) -> Any:
         return await self.request("POST", path, body)
 
-    async def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
-        """The JSON answer of ``method path``, retried on transient failures."""
+    async def request(
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> Any:
+        """The JSON answer of ``method path`` (with ``headers`` besides the client's own),
+        retried on transient failures."""
         where = f"{method} {self.base_url}{path}"
         reason = ""
         for attempt in range(self.retries + 1):
             if attempt:
                 await asyncio.sleep(BACKOFF_S * 2 ** (attempt - 1))
             try:
-                response = await self._client().request(method, path, json=body)
+                response = await self._client().request(method, path, json=body, headers=headers)
             except httpx.TimeoutException:
                 reason = f"{where} timed out after {self.timeout.read} s"
                 continue
@@ -137,6 +165,21 @@ class RemoteClient:
         for loop, client in clients.items():
             if loop is asyncio.get_running_loop():
                 await client.aclose()
+
+
+@dataclass(frozen=True)
+class AnswerClient:
+    """A member's client as one answer's: its connection pool, and ``headers`` (the
+    session header) on every request."""
+
+    client: RemoteClient
+    headers: Mapping[str, str]
+
+    async def get(self, path: str) -> Any:
+        return await self.client.request("GET", path, headers=self.headers)
+
+    async def post(self, path: str, body: dict[str, Any]) -> Any:
+        return await self.client.request("POST", path, body, self.headers)
 
 
 async def served_model(

@@ -228,7 +228,7 @@ class LlamaCppBackend:
         return len(self.tokenize(text, special=False))
 
     async def open(
-        self, messages: Sequence[Message], tools: Sequence[Tool] = ()
+        self, messages: Sequence[Message], tools: Sequence[Tool] = (), answer: str | None = None
     ) -> LlamaCppSession:
         """Start a request; its prompt is read by its first draft or verification."""
         session = LlamaCppSession(self, self.template.render(messages, tools))

@@ -34,7 +34,7 @@ from ..engine.types import Draft, Fits, Message, Sampling, Score, Scoring, Segme
 from ..errors import MemberServerError
 from ..members import Member
 from .drafting import common_prefix, finish_draft
-from .http import RemoteClient, score_each, served_model
+from .http import Caller, RemoteClient, score_each, served_model
 from .template import ChatTemplate, member_template
 
 NO_ECHO_LOGPROBS = (
@@ -116,7 +116,7 @@ class OpenAICompletionsBackend:
     async def _aligned(self, lead: str = "") -> bool:
         """Whether the echoed log-probs of a counting answer are those of its own tokens."""
         prompt = self.template.render(ALIGNMENT_PROBE) + COUNTING
-        echo = await self.echo(lead + prompt)
+        echo = await self.echo(self.client, lead + prompt)
         logprobs = echo.logprobs
         if len(logprobs) < 4 or len(echo.tokens) != len(logprobs) or None in logprobs[1:]:
             raise MemberServerError(f"member {self.member.label!r}: {NO_ECHO_LOGPROBS}")
@@ -127,14 +127,16 @@ class OpenAICompletionsBackend:
         """The text sent for a context: led by :attr:`lead` where it is not already."""
         return context if context.startswith(self.lead) else self.lead + context
 
-    async def complete(self, context: str, **parameters: Any) -> dict[str, Any]:
+    async def complete(self, client: Caller, context: str, **parameters: Any) -> dict[str, Any]:
         body = {"model": self.model, "prompt": self.prompt(context), **parameters}
-        response = await self.client.post("/completions", body)
+        response = await client.post("/completions", body)
         return response
 
-    async def echo(self, context: str) -> Echo:
+    async def echo(self, client: Caller, context: str) -> Echo:
         """The prompt's tokens as the server echoes them (without the one it generates)."""
-        response = await self.complete(context, max_tokens=1, echo=True, logprobs=1, temperature=0)
+        response = await self.complete(
+            client, context, max_tokens=1, echo=True, logprobs=1, temperature=0
+        )
         logprobs = response["choices"][0].get("logprobs") or {}
         usage = response.get("usage") or {}
         end = -int(usage.get("completion_tokens", 0)) or None
@@ -154,15 +156,16 @@ class OpenAICompletionsBackend:
         return await self._prompt_tokens(text) - bool(self.lead)
 
     async def _prompt_tokens(self, text: str) -> int:
-        response = await self.complete(text, max_tokens=1, temperature=0)
+        response = await self.complete(self.client, text, max_tokens=1, temperature=0)
         return int((response.get("usage") or {}).get("prompt_tokens", 0))
 
     async def open(
-        self, messages: Sequence[Message], tools: Sequence[Tool] = ()
+        self, messages: Sequence[Message], tools: Sequence[Tool] = (), answer: str | None = None
     ) -> OpenAICompletionsSession:
         await self.ready()
+        client = self.client.answering(answer)
         context = self.template.render(messages, tools)
-        return OpenAICompletionsSession(self, context, await self.echo(context))
+        return OpenAICompletionsSession(self, client, context, await self.echo(client, context))
 
     async def aclose(self) -> None:
         await self.client.aclose()
@@ -173,8 +176,12 @@ class OpenAICompletionsSession:
 
     runs_on = "openai"
 
-    def __init__(self, backend: OpenAICompletionsBackend, context: str, echo: Echo) -> None:
+    def __init__(
+        self, backend: OpenAICompletionsBackend, client: Caller, context: str, echo: Echo
+    ) -> None:
         self.backend = backend
+        self.client = client
+        """The backend's client as this answer's (its session header)."""
         self.context = context
         self.echoed = echo
         """The context as the server reads it."""
@@ -191,6 +198,7 @@ class OpenAICompletionsSession:
         fits: Fits | None = None,
     ) -> Draft:
         response = await self.backend.complete(
+            self.client,
             self.context,
             max_tokens=window,
             temperature=sampling.temperature,
@@ -214,7 +222,7 @@ class OpenAICompletionsSession:
         text = candidate.text + ending
         if not text:
             raise ValueError("cannot score an empty candidate that does not end the turn")
-        echo = await self.backend.echo(self.context + text)
+        echo = await self.backend.echo(self.client, self.context + text)
         self.scored[self.context + text] = echo
         start = common_prefix(self.echoed.tokens, echo.tokens)
         mine = [v for v in echo.logprobs[start:] if v is not None]
@@ -225,7 +233,9 @@ class OpenAICompletionsSession:
     async def accept(self, segment: Segment) -> int:
         before = self.echoed.count
         self.context += segment.text
-        self.echoed = self.scored.get(self.context) or await self.backend.echo(self.context)
+        self.echoed = self.scored.get(self.context) or await self.backend.echo(
+            self.client, self.context
+        )
         self.scored = {}
         return self.echoed.count - before
 

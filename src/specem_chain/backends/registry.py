@@ -21,9 +21,13 @@ class Backend(Protocol):
     """Tokens the member's context holds, prompt and answer together (None where its server
     does not say; a server's is known once a request or :meth:`count` has reached it)."""
 
-    async def open(self, messages: Sequence[Message], tools: Sequence[Tool] = ()) -> MemberSession:
+    async def open(
+        self, messages: Sequence[Message], tools: Sequence[Tool] = (), answer: str | None = None
+    ) -> MemberSession:
         """A session for one request: the conversation rendered with the member's chat
-        template (tools included) and read into the member's context."""
+        template (tools included) and read into the member's context. A member on a server
+        sends every request of the session with the session header naming ``answer`` (the
+        answer's id; :meth:`~specem_chain.backends.http.RemoteClient.answering`)."""
         ...
 
     async def count(self, messages: Sequence[Message], tools: Sequence[Tool] = ()) -> int:
@@ -127,7 +131,10 @@ async def backend_for(member: Member) -> Backend:
 
 
 async def open_session(
-    member: Member, messages: Sequence[Message], tools: Sequence[Tool] = ()
+    member: Member,
+    messages: Sequence[Message],
+    tools: Sequence[Tool] = (),
+    answer: str | None = None,
 ) -> MemberSession:
-    """A session of the member for one request."""
-    return await (await backend_for(member)).open(messages, tools)
+    """A session of the member for one request (the answer ``answer``, by its id)."""
+    return await (await backend_for(member)).open(messages, tools, answer)

@@ -25,7 +25,7 @@ from ..engine.types import Draft, Fits, Message, Sampling, Score, Scoring, Segme
 from ..errors import MemberServerError
 from ..members import Member
 from .drafting import check_prompt, common_prefix, finish_draft
-from .http import RemoteClient, score_each
+from .http import Caller, RemoteClient, score_each
 from .template import PROBE_CONVERSATION, end_of_turn_text, fold_system, tools_as_text
 
 FINISHED = ("eos_token", "stop_sequence")
@@ -81,27 +81,29 @@ class TGIBackend:
         self.model_id = str(info.get("model_id", ""))
         self.max_input_tokens = int(info["max_input_tokens"])
         self.max_total_tokens = int(info.get("max_total_tokens") or 2**31)
-        empty = await self.tokenize("")
+        empty = await self.tokenize(self.client, "")
         self.bos_text = empty[0]["text"] if empty else ""
         probe = await self.client.post("/chat_tokenize", {"messages": PROBE_CONVERSATION})
         self.end_of_turn = end_of_turn_text(probe["templated_text"])
-        prefill = await self.prefill("Hello world, hello")
+        prefill = await self.prefill(self.client, "Hello world, hello")
         if any(t["logprob"] is None for t in prefill[1:]):
             raise MemberServerError(f"member {self.member.label!r}: {NO_PREFILL_LOGPROBS}")
 
-    async def tokenize(self, text: str) -> list[dict[str, Any]]:
-        return await self.client.post("/tokenize", {"inputs": text})
+    async def tokenize(self, client: Caller, text: str) -> list[dict[str, Any]]:
+        return await client.post("/tokenize", {"inputs": text})
 
-    async def prefill(self, text: str) -> list[dict[str, Any]]:
+    async def prefill(self, client: Caller, text: str) -> list[dict[str, Any]]:
         """The prefill tokens of ``text`` (ids and log-probs, as /generate adds them)."""
         body = {
             "inputs": text,
             "parameters": {"max_new_tokens": 1, "details": True, "decoder_input_details": True},
         }
-        response = await self.client.post("/generate", body)
+        response = await client.post("/generate", body)
         return response["details"]["prefill"]
 
-    async def render(self, messages: Sequence[Message], tools: Sequence[Tool] = ()) -> str:
+    async def render(
+        self, client: Caller, messages: Sequence[Message], tools: Sequence[Tool] = ()
+    ) -> str:
         """The conversation in the server's chat template, without the BOS that /generate
         adds itself.
 
@@ -111,30 +113,34 @@ class TGIBackend:
         """
         messages = tools_as_text(messages, tools)
         try:
-            templated = await self.client.post("/chat_tokenize", {"messages": list(messages)})
+            templated = await client.post("/chat_tokenize", {"messages": list(messages)})
         except MemberServerError:
             if not messages or messages[0]["role"] != "system":
                 raise
             folded = fold_system(messages)
-            templated = await self.client.post("/chat_tokenize", {"messages": folded})
+            templated = await client.post("/chat_tokenize", {"messages": folded})
         text: str = templated["templated_text"]
         return text.removeprefix(self.bos_text) if self.bos_text else text
 
     async def count(self, messages: Sequence[Message], tools: Sequence[Tool] = ()) -> int:
         await self.ready()
-        return len(await self.tokenize(await self.render(messages, tools)))
+        rendered = await self.render(self.client, messages, tools)
+        return len(await self.tokenize(self.client, rendered))
 
     async def count_text(self, text: str) -> int:
         await self.ready()
-        return len(await self.tokenize(text)) - bool(self.bos_text)
+        return len(await self.tokenize(self.client, text)) - bool(self.bos_text)
 
-    async def open(self, messages: Sequence[Message], tools: Sequence[Tool] = ()) -> TGISession:
+    async def open(
+        self, messages: Sequence[Message], tools: Sequence[Tool] = (), answer: str | None = None
+    ) -> TGISession:
         await self.ready()
-        context = await self.render(messages, tools)
-        ids = [t["id"] for t in await self.tokenize(context)]
+        client = self.client.answering(answer)
+        context = await self.render(client, messages, tools)
+        ids = [t["id"] for t in await self.tokenize(client, context)]
         holder = f"whose server accepts {self.max_input_tokens}"
         check_prompt(self.member.label, len(ids), self.max_input_tokens, holder)
-        return TGISession(self, context, ids)
+        return TGISession(self, client, context, ids)
 
     async def aclose(self) -> None:
         await self.client.aclose()
@@ -145,8 +151,10 @@ class TGISession:
 
     runs_on = "tgi"
 
-    def __init__(self, backend: TGIBackend, context: str, ids: list[int]) -> None:
+    def __init__(self, backend: TGIBackend, client: Caller, context: str, ids: list[int]) -> None:
         self.backend = backend
+        self.client = client
+        """The backend's client as this answer's (its session header)."""
         self.context = context
         self.ids = ids
         self.prompt_tokens = len(ids)
@@ -175,7 +183,7 @@ class TGISession:
             parameters["repetition_penalty"] = sampling.repeat_penalty
         if backend.end_of_turn:
             parameters["stop"] = [backend.end_of_turn]
-        response = await backend.client.post(
+        response = await self.client.post(
             "/generate", {"inputs": self.context, "parameters": parameters}
         )
         details = response["details"]
@@ -193,7 +201,7 @@ class TGISession:
         """The candidate's tokens are those of the prefill after its common start with the
         context's own tokens, so a token merged across the join is the candidate's."""
         ending = self.backend.end_of_turn if candidate.finished else ""
-        prefill = await self.backend.prefill(self.context + candidate.text + ending)
+        prefill = await self.backend.prefill(self.client, self.context + candidate.text + ending)
         start = common_prefix([t["id"] for t in prefill], self.ids)
         logprobs = [t["logprob"] for t in prefill[max(start, 1) :]]
         if not logprobs:
@@ -205,7 +213,7 @@ class TGISession:
     async def accept(self, segment: Segment) -> int:
         before = len(self.ids)
         self.context += segment.text
-        self.ids = [t["id"] for t in await self.backend.tokenize(self.context)]
+        self.ids = [t["id"] for t in await self.backend.tokenize(self.client, self.context)]
         return len(self.ids) - before
 
     async def aclose(self) -> None:

@@ -117,7 +117,7 @@ class TransformersBackend:
         return len(self.tokenizer.encode(text, add_special_tokens=False))
 
     async def open(
-        self, messages: Sequence[Message], tools: Sequence[Tool] = ()
+        self, messages: Sequence[Message], tools: Sequence[Tool] = (), answer: str | None = None
     ) -> TransformersSession:
         """Start a request: render the conversation and read it into a fresh KV cache."""
         session = TransformersSession(self, self.template.render(messages, tools))

@@ -48,7 +48,7 @@ from ..engine.types import Draft, Fits, Message, Sampling, Score, Scoring, Segme
 from ..errors import MemberServerError
 from ..members import Member
 from .drafting import check_prompt, common_prefix, finish_draft
-from .http import RemoteClient, served_model
+from .http import Caller, RemoteClient, served_model
 from .template import (
     PLAIN_END,
     PLAIN_STOP,
@@ -154,7 +154,7 @@ class VLLMBackend:
         self.model = model["id"]
         self.max_model_len = int(model.get("max_model_len") or 0)
         try:
-            await self.tokenize("Hi")
+            await self.tokenize(self.client, "Hi")
         except MemberServerError as error:
             raise MemberServerError(
                 f"{not_vllm}: POST /tokenize failed ({error}); for another OpenAI-style "
@@ -166,14 +166,16 @@ class VLLMBackend:
 
     async def _learn_template(self) -> None:
         try:
-            probe = await self.render_ids(PROBE_CONVERSATION, generation_prompt=False)
+            probe = await self.render_ids(self.client, PROBE_CONVERSATION, generation_prompt=False)
         except MemberServerError:
             self.plain = True  # vLLM refuses messages for a model without a chat template
             return
-        self.end_of_turn = end_of_turn_text(await self.detokenize(probe))
-        self.end_of_turn_ids = await self.tokenize(self.end_of_turn) if self.end_of_turn else []
-        with_tool = await self.render_ids(PROBE_CONVERSATION[:1], tools=[PROBE_TOOL])
-        self.native_tools = "specem_probe_tool" in await self.detokenize(with_tool)
+        client = self.client
+        self.end_of_turn = end_of_turn_text(await self.detokenize(client, probe))
+        end = self.end_of_turn
+        self.end_of_turn_ids = await self.tokenize(client, end) if end else []
+        with_tool = await self.render_ids(client, PROBE_CONVERSATION[:1], tools=[PROBE_TOOL])
+        self.native_tools = "specem_probe_tool" in await self.detokenize(client, with_tool)
 
     async def _scoring_route(self) -> Route:
         """The first route of :data:`ROUTES` that gives a probe's log-probs, a cached one
@@ -181,11 +183,11 @@ class VLLMBackend:
         :data:`ROUTE_TOLERANCE`). A route that re-reads the context is said once. Each
         route is probed only until the choice is known: the first re-reading route that
         answers, then the cached ones in turn."""
-        probe = await self.tokenize(PROBE_TEXT)
+        probe = await self.tokenize(self.client, PROBE_TEXT)
 
         async def probed(route: Route) -> list[float] | None:
             try:
-                [found] = await self.token_logprobs([probe], [1], route)
+                [found] = await self.token_logprobs(self.client, [probe], [1], route)
             except (MemberServerError, KeyError, TypeError, ValueError, IndexError):
                 return None
             return found
@@ -213,18 +215,20 @@ class VLLMBackend:
 
     # -- the server's endpoints --------------------------------------------------------
 
-    async def tokenize(self, text: str) -> list[int]:
+    async def tokenize(self, client: Caller, text: str) -> list[int]:
         """``text`` in the server's tokenizer, special tokens written in it read as such
-        and none added."""
+        and none added. (Every endpoint's method takes the client to send it with: the
+        backend's, or an answer's, :meth:`RemoteClient.answering`.)"""
         body = {"model": self.model, "prompt": text, "add_special_tokens": False}
-        return list((await self.client.post("/tokenize", body))["tokens"])
+        return list((await client.post("/tokenize", body))["tokens"])
 
-    async def detokenize(self, ids: Sequence[int]) -> str:
+    async def detokenize(self, client: Caller, ids: Sequence[int]) -> str:
         body = {"model": self.model, "tokens": list(ids)}
-        return str((await self.client.post("/detokenize", body))["prompt"])
+        return str((await client.post("/detokenize", body))["prompt"])
 
     async def render_ids(
         self,
+        client: Caller,
         messages: Sequence[Message],
         tools: Sequence[Tool] = (),
         *,
@@ -240,26 +244,30 @@ class VLLMBackend:
         if tools:
             body["tools"] = list(tools)
         try:
-            return list((await self.client.post("/tokenize", body))["tokens"])
+            return list((await client.post("/tokenize", body))["tokens"])
         except MemberServerError:
             if not messages or messages[0]["role"] != "system":
                 raise
             body["messages"] = fold_system(messages)
-            return list((await self.client.post("/tokenize", body))["tokens"])
+            return list((await client.post("/tokenize", body))["tokens"])
 
-    async def prompt(self, messages: Sequence[Message], tools: Sequence[Tool] = ()) -> list[int]:
+    async def prompt(
+        self, client: Caller, messages: Sequence[Message], tools: Sequence[Tool] = ()
+    ) -> list[int]:
         """The ids of the conversation, ready for the answer (tools as the template takes
         them, or as text)."""
         await self.ready()
         if self.plain:
-            return await self.tokenize(plain_transcript(tools_as_text(messages, tools)))
+            return await self.tokenize(client, plain_transcript(tools_as_text(messages, tools)))
         if self.native_tools:
-            return await self.render_ids(messages, tools)
-        return await self.render_ids(tools_as_text(messages, tools))
+            return await self.render_ids(client, messages, tools)
+        return await self.render_ids(client, tools_as_text(messages, tools))
 
-    async def complete(self, prompts: list[list[int]] | list[int], **body: Any) -> dict[str, Any]:
+    async def complete(
+        self, client: Caller, prompts: list[list[int]] | list[int], **body: Any
+    ) -> dict[str, Any]:
         """One completion request's answer, its choices in the prompts' order."""
-        response = await self.client.post(
+        response = await client.post(
             "/v1/completions", {"model": self.model, "prompt": prompts, **body}
         )
         response["choices"].sort(key=lambda c: c.get("index", 0))
@@ -278,7 +286,11 @@ class VLLMBackend:
         return self.route
 
     async def token_logprobs(
-        self, prompts: list[list[int]], starts: list[int], route: Route | None = None
+        self,
+        client: Caller,
+        prompts: list[list[int]],
+        starts: list[int],
+        route: Route | None = None,
     ) -> list[list[float]]:
         """The log-probs of each prompt's tokens from its start on (a start of at least
         1), every prompt in one request where the route allows; by default on the
@@ -286,25 +298,30 @@ class VLLMBackend:
         wanted, unique = asked_positions(prompts, starts)
         route = route or self.cheaper_route(prompts, unique)
         if route in REREADING_ROUTES:
-            every = await self._prompt_logprobs(prompts, route)
+            every = await self._prompt_logprobs(client, prompts, route)
             read = [logprobs[start:] for logprobs, start in zip(every, starts)]
             if any(v is None for logprobs in read for v in logprobs):
                 raise MemberServerError(f"member {self.label!r}: {NO_LOGPROBS}")
             return read  # type: ignore[return-value]
         positions = [(list(p[:-1]), p[-1]) for p in unique]
         if route == "logprob_token_ids":
-            answers = await asyncio.gather(*(self._listed_logprobs(a) for a in _asks(positions)))
+            asks = _asks(positions)
+            answers = await asyncio.gather(*(self._listed_logprobs(client, a) for a in asks))
             flat = [v for answer in answers for v in answer]
         else:
-            flat = list(await asyncio.gather(*(self._allowed_logprob(*p) for p in positions)))
+            allowed = (self._allowed_logprob(client, *p) for p in positions)
+            flat = list(await asyncio.gather(*allowed))
         value = dict(zip(unique, flat))
         return [[value[p] for p in candidate] for candidate in wanted]
 
-    async def _listed_logprobs(self, positions: list[tuple[list[int], int]]) -> list[float]:
+    async def _listed_logprobs(
+        self, client: Caller, positions: list[tuple[list[int], int]]
+    ) -> list[float]:
         """Each prefix's next-token log-prob of its token, in one request: every prefix a
         prompt, one generated token, the tokens listed in ``logprob_token_ids``."""
         listed = sorted({token for _, token in positions})
         response = await self.complete(
+            client,
             [prefix for prefix, _ in positions],
             max_tokens=1,
             temperature=0,
@@ -322,10 +339,11 @@ class VLLMBackend:
             found.append(float(given[f"token_id:{token}"]))
         return found
 
-    async def _allowed_logprob(self, prefix: list[int], token: int) -> float:
+    async def _allowed_logprob(self, client: Caller, prefix: list[int], token: int) -> float:
         """The prefix's next-token log-prob of ``token``, generated as the only token
         allowed (the log-prob of the raw logits, before the mask)."""
         response = await self.complete(
+            client,
             prefix,
             max_tokens=1,
             temperature=0,
@@ -340,17 +358,21 @@ class VLLMBackend:
         return float(logprobs["token_logprobs"][0])
 
     async def _prompt_logprobs(
-        self, prompts: list[list[int]], route: Route
+        self, client: Caller, prompts: list[list[int]], route: Route
     ) -> list[list[float | None]]:
         """Each prompt's tokens' log-probs (the first has none), in one request."""
         if route == "prompt_logprobs":
-            response = await self.complete(prompts, max_tokens=1, temperature=0, prompt_logprobs=0)
+            response = await self.complete(
+                client, prompts, max_tokens=1, temperature=0, prompt_logprobs=0
+            )
             choices = response["choices"]
             return [
                 [None if p is None else _logprob(p, t) for p, t in zip(c["prompt_logprobs"], ids)]
                 for c, ids in zip(choices, prompts)
             ]
-        response = await self.complete(prompts, max_tokens=1, temperature=0, echo=True, logprobs=0)
+        response = await self.complete(
+            client, prompts, max_tokens=1, temperature=0, echo=True, logprobs=0
+        )
         choices = response["choices"]
         return [
             list(c["logprobs"]["token_logprobs"][: len(ids)]) for c, ids in zip(choices, prompts)
@@ -359,19 +381,22 @@ class VLLMBackend:
     # -- the Backend protocol ----------------------------------------------------------
 
     async def count(self, messages: Sequence[Message], tools: Sequence[Tool] = ()) -> int:
-        return len(await self.prompt(messages, tools))
+        return len(await self.prompt(self.client, messages, tools))
 
     async def count_text(self, text: str) -> int:
         await self.ready()
-        return len(await self.tokenize(text))
+        return len(await self.tokenize(self.client, text))
 
-    async def open(self, messages: Sequence[Message], tools: Sequence[Tool] = ()) -> VLLMSession:
-        ids = await self.prompt(messages, tools)
+    async def open(
+        self, messages: Sequence[Message], tools: Sequence[Tool] = (), answer: str | None = None
+    ) -> VLLMSession:
+        client = self.client.answering(answer)
+        ids = await self.prompt(client, messages, tools)
         holder = f"whose server accepts {self.max_model_len}"
         check_prompt(self.label, len(ids), self.max_model_len - 1, holder)
-        text = await self.detokenize(ids)
-        joined = await self.tokenize(text) == ids
-        return VLLMSession(self, ids, text if joined else None)
+        text = await self.detokenize(client, ids)
+        joined = await self.tokenize(client, text) == ids
+        return VLLMSession(self, client, ids, text if joined else None)
 
     async def aclose(self) -> None:
         await self.client.aclose()
@@ -447,8 +472,12 @@ def _asks(positions: list[tuple[list[int], int]]) -> list[list[tuple[list[int], 
 class VLLMSession:
     """One request's context on a vLLM member: token ids."""
 
-    def __init__(self, backend: VLLMBackend, ids: list[int], prompt_text: str | None) -> None:
+    def __init__(
+        self, backend: VLLMBackend, client: Caller, ids: list[int], prompt_text: str | None
+    ) -> None:
         self.backend = backend
+        self.client = client
+        """The backend's client as this answer's (its session header)."""
         self.prompt_ids = ids
         self.prompt_text = prompt_text
         """The prompt's text when the server reads it back as the prompt's ids (then the
@@ -465,8 +494,10 @@ class VLLMSession:
     async def _read(self, answer: str) -> list[int]:
         """The context's ids with ``answer`` after the prompt, by the one context rule."""
         if self.prompt_text is not None:
-            return await self.backend.tokenize(self.prompt_text + answer)
-        return self.prompt_ids + (await self.backend.tokenize(answer) if answer else [])
+            return await self.backend.tokenize(self.client, self.prompt_text + answer)
+        if not answer:
+            return list(self.prompt_ids)
+        return self.prompt_ids + await self.backend.tokenize(self.client, answer)
 
     async def draft(
         self,
@@ -490,7 +521,7 @@ class VLLMSession:
             body["stop_token_ids"] = backend.end_of_turn_ids
         elif stops:
             body["stop"] = list(stops)
-        response = await backend.complete(self.ids, **body)
+        response = await backend.complete(self.client, self.ids, **body)
         [choice] = response["choices"]
         tokens = int((response.get("usage") or {}).get("completion_tokens", 0))
         return finish_draft(choice["text"], tokens, choice.get("finish_reason") == "stop", stops)
@@ -515,7 +546,7 @@ class VLLMSession:
                 raise ValueError("cannot score an empty candidate that does not end the turn")
             prompts.append(ids)
             starts.append(max(start, 1))
-        found = await self.backend.token_logprobs(prompts, starts)
+        found = await self.backend.token_logprobs(self.client, prompts, starts)
         return [Score.of(mine) for mine in found]
 
     async def accept(self, segment: Segment) -> int:

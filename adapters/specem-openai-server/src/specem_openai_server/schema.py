@@ -152,7 +152,8 @@ class ChatCompletionChunk(BaseModel):
     created: int
     model: str
     choices: list[ChunkChoice]
-    usage: Usage | None = None
+    usage: Usage | None = Field(None, exclude_if=absent)
+    """Only on the last chunk, with ``stream_options.include_usage``."""
     specem: dict[str, Any] | None = None
     """This chunk's segment; the last content chunk also carries wins and weights."""
 

@@ -4,9 +4,10 @@ command line works without the eval extra."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -14,6 +15,11 @@ from ..cli_options import err, fail, quiet_transformers, with_settings
 from ..members import BackendName, Member
 from ..models import DEFAULT_MEMBERS, builtin, runs_on
 from ..request import RequestSettings
+
+if TYPE_CHECKING:
+    from .run import ResultStore
+    from .systems import System
+    from .tasks import Example, Task
 
 EVERY_SYSTEM = ("window", "max_tokens", "repeat_penalty", "temperature")
 """Request settings that ``specem eval`` sets for every system (a variant may still set the
@@ -103,30 +109,82 @@ def eval_command(
     window, answer length, repetition penalty and temperature are every system's (a
     variant may still set its own sampling). With --choose, choose which members to
     ensemble from each member alone."""
-    # one function: the command's steps in order (check, build, run, summarise), each a call
     specs = _split(members)
     if choose:
         _check_choose(systems, specs)
+    _need_eval_extra()
+    out = out_dir or Path("eval") / task.value
+    planned = _plan(
+        task.value, data, specs, limit, skip, seed, systems, choose, backend, order, settings, out
+    )
+    _answer(planned)
+    if choose:
+        options = rerun_options(task.value, data, limit, skip, seed, order, backend, settings)
+        _write_choice(planned, specs, [*options, "--out", f"{out}-ensemble"])
+    else:
+        _write_summary(planned)
+
+
+@dataclass(frozen=True)
+class Planned:
+    """A ``specem eval`` run as it stands once checked and built, before any member runs."""
+
+    evaluation: Task
+    examples: list[Example]
+    ensemble: list[Member]
+    names: list[str]
+    """The systems compared (with --choose: the members alone)."""
+    members_alone: list[str]
+    chosen: list[System]
+    solo: list[System]
+    store: ResultStore
+    out_dir: Path
+    seed: int
+
+    @property
+    def title(self) -> str:
+        members_line = "members: " + ", ".join(m.label for m in self.ensemble)
+        return f"{self.evaluation.name}, {len(self.examples)} examples\n{members_line}"
+
+
+def _need_eval_extra() -> None:
+    """Fail with the way to install it when the eval extra is missing."""
     try:
-        from ..errors import SpecEMError
-        from . import choose as choosing
-        from . import run, summary
-        from .systems import (
-            Settings,
-            build_systems,
-            member_system_name,
-            recipes,
-            split_names,
-            system_names,
-        )
-        from .tasks import TASKS
+        from . import choose, run, summary, systems, tasks  # noqa: F401
     except ImportError as error:
         raise fail(
             f"eval needs the eval extra ({error}): pip install 'specem-chain[eval]'"
         ) from None
 
-    evaluation = TASKS[task.value]
-    out_dir = out_dir or Path("eval") / task.value
+
+def _plan(
+    task: str,
+    data: Path,
+    specs: list[str],
+    limit: int | None,
+    skip: int,
+    seed: int,
+    systems: str | None,
+    choose: bool,
+    backend: BackendName,
+    order: str,
+    settings: RequestSettings,
+    out_dir: Path,
+) -> Planned:
+    """The members, examples, systems and results store, or a clear error."""
+    from ..errors import SpecEMError
+    from . import run
+    from .systems import (
+        Settings,
+        build_systems,
+        member_system_name,
+        recipes,
+        split_names,
+        system_names,
+    )
+    from .tasks import TASKS
+
+    evaluation = TASKS[task]
     try:
         ensemble = eval_members(specs, backend, settings)
         examples = run.ordered(_skipped(evaluation.load(data, limit), skip), order)
@@ -142,33 +200,60 @@ def eval_command(
         store = run.open_store(out_dir, manifest, recipes(chosen, solo))
     except (SpecEMError, ValueError) as error:  # pydantic's ValidationError too
         raise fail(str(error)) from None
+    return Planned(
+        evaluation, examples, ensemble, names, members_alone, chosen, solo, store, out_dir, seed
+    )
 
+
+def _answer(planned: Planned) -> None:
+    """Every system's answers that the store does not hold yet."""
+    from ..errors import SpecEMError
+    from . import run
+
+    p = planned
     quiet_transformers()
     try:
-        asyncio.run(run.run(evaluation, examples, chosen, solo, store, err))
+        asyncio.run(run.run(p.evaluation, p.examples, p.chosen, p.solo, p.store, err))
     except KeyboardInterrupt:
-        err.print(f"interrupted: run the same command again to resume from {out_dir}")
+        err.print(f"interrupted: run the same command again to resume from {p.out_dir}")
         raise typer.Exit(130) from None
     except SpecEMError as error:
         raise fail(str(error)) from None
 
-    members_line = "members: " + ", ".join(m.label for m in ensemble)
-    title = f"{evaluation.name}, {len(examples)} examples\n{members_line}"
-    scores = summary.score_answers(evaluation, store, names, examples)
-    result = summary.summarise(evaluation, scores, seed)
-    comparison = summary.compare_with_best_member(evaluation, scores, result, members_alone)
-    cost = summary.costs(store.records, scores)
-    summary.write(result, out_dir, title, comparison, cost)
-    if choose:
-        options = rerun_options(evaluation.name, data, limit, skip, seed, order, backend, settings)
-        spelled = {m.label: spec for m, spec in zip(ensemble, specs)}
-        options += ["--out", f"{out_dir}-ensemble"]
-        document = choosing.from_run(evaluation, scores, result, cost, spelled, options)
-        typer.echo(choosing.write(document, out_dir, title), nl=False)
-        err.print(f"results in {out_dir}: choice.md, choice.json and the summary's files")
-        return
+
+def _scored(planned: Planned) -> tuple[Any, Any, Any, Any]:
+    """The answers' scores, the summary, its comparison with the best member alone and the
+    costs, with the summary's files written."""
+    from . import summary
+
+    evaluation, names = planned.evaluation, planned.names
+    scores = summary.score_answers(evaluation, planned.store, names, planned.examples)
+    result = summary.summarise(evaluation, scores, planned.seed)
+    comparison = summary.compare_with_best_member(evaluation, scores, result, planned.members_alone)
+    cost = summary.costs(planned.store.records, scores)
+    summary.write(result, planned.out_dir, planned.title, comparison, cost)
+    return scores, result, comparison, cost
+
+
+def _write_summary(planned: Planned) -> None:
+    """The summary, printed and written."""
+    from . import summary
+
+    _, result, comparison, cost = _scored(planned)
     typer.echo(summary.markdown(result, comparison, cost), nl=False)
+    out_dir = planned.out_dir
     err.print(f"results in {out_dir}: summary.md, {{summary,metrics,paired,cost}}.json, chart.png")
+
+
+def _write_choice(planned: Planned, specs: list[str], options: list[str]) -> None:
+    """--choose's choice, with ``options`` for the ensemble's own run."""
+    from . import choose
+
+    scores, result, _, cost = _scored(planned)
+    spelled = {m.label: spec for m, spec in zip(planned.ensemble, specs)}
+    document = choose.from_run(planned.evaluation, scores, result, cost, spelled, options)
+    typer.echo(choose.write(document, planned.out_dir, planned.title), nl=False)
+    err.print(f"results in {planned.out_dir}: choice.md, choice.json and the summary's files")
 
 
 def _check_choose(systems: str | None, specs: list[str]) -> None:

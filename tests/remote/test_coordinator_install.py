@@ -1,4 +1,5 @@
-"""The coordinator-only install (no extras, so no torch) runs a remote ensemble."""
+"""The coordinator-only install (no extras, so no torch, no llama.cpp) runs a remote
+ensemble, and serves it with the OpenAI-compatible server."""
 
 from __future__ import annotations
 
@@ -40,8 +41,9 @@ def test_the_coordinator_install_runs_a_remote_ensemble_without_torch(
     env_dir = tmp_path / "coordinator"
     venv.create(env_dir, with_pip=True)
     python = env_dir / "bin" / "python"
+    server = REPO / "adapters" / "specem-openai-server"
     install = subprocess.run(
-        [str(python), "-m", "pip", "install", "--quiet", str(REPO)],
+        [str(python), "-m", "pip", "install", "--quiet", str(REPO), str(server)],
         capture_output=True,
         text=True,
         timeout=600,
@@ -58,4 +60,8 @@ def test_the_coordinator_install_runs_a_remote_ensemble_without_torch(
     result = json.loads(run.stdout.strip().splitlines()[-1])
     assert result["text"].strip()
     assert set(result["meta"]["wins"]) == {tiny_tgi_url.removeprefix("http://"), "llama"}
+    serve = subprocess.run(
+        [str(env_dir / "bin" / "specem"), "serve", "--help"], capture_output=True, text=True
+    )
+    assert serve.returncode == 0 and "--api-key" in serve.stdout, serve.stderr[-3000:]
     assert result["meta"]["dropped"] == {}

@@ -148,25 +148,29 @@ def test_no_key_is_written_in_logs_errors_or_metrics_even_at_debug(tiny_models, 
         assert all(secret not in text for text in seen)
 
 
-def test_an_open_server_beyond_loopback_warns_once_at_start(tiny_models, tmp_path):
+def test_an_open_server_beyond_loopback_warns_once_at_start(tiny_models, monkeypatch):
+    """Without a key, one warning line; with keys from SPECEM_SERVE_API_KEY, none."""
     assert loopback("127.0.0.1") and loopback("::1") and loopback("localhost")
     assert not loopback("0.0.0.0") and not loopback("10.1.2.3") and not loopback("specem.internal")
-    port = free_port()
     command = [SPECEM, "serve", "-m", str(tiny_models["llama"]), "--host", "0.0.0.0"]
-    server = subprocess.Popen(
-        [*command, "--port", str(port)],
-        stderr=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        text=True,
-    )
+    open_port, keyed_port = free_port(), free_port()
+    opened = first_lines([*command, "--port", str(open_port)])
+    monkeypatch.setenv("SPECEM_SERVE_API_KEY", f"{KEY} {OTHER}")
+    keyed = first_lines([*command, "--port", str(keyed_port)])
+    warning = [line for line in opened if line.startswith("warning: no API key")]
+    assert len(warning) == 1, opened
+    assert "--host 0.0.0.0" in warning[0] and f"port {open_port}" in warning[0]
+    assert "API keys: 2; /v1/ needs one\n" in keyed and not any("warning" in x for x in keyed)
+
+
+def first_lines(command: list[str]) -> list[str]:
+    """The first two lines ``specem serve`` writes to its standard error, then stop it."""
+    server = subprocess.Popen(command, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
     try:
-        lines = [server.stderr.readline() for _ in range(2)]
+        return [server.stderr.readline() for _ in range(2)]
     finally:
         server.terminate()
         server.wait(timeout=30)
-    warning = [line for line in lines if line.startswith("warning: no API key")]
-    assert len(warning) == 1, lines
-    assert "--host 0.0.0.0" in warning[0] and f"port {port}" in warning[0]
 
 
 def test_sighup_reads_the_key_file_again_in_every_worker(tiny_models, tmp_path):

@@ -153,6 +153,10 @@ def test_max_input_tokens_counts_the_prompt_in_each_members_own_tokens(tiny_mode
 
 
 def test_the_defaults_are_sized_from_the_members_and_the_settings(tiny_models):
+    from specem_chain.backends.batching import SEQUENCES  # the help says it without llama_cpp
+
+    help_ = Limits.model_fields["max_concurrent_requests"].description
+    assert f"smallest of {SEQUENCES} for a llama.cpp member with batching" in help_
     remote = [UNREACHABLE]
     local = [Member(source=str(tiny_models["llama"]))]
     batched = [Member(source="smollm2", batching=True)]

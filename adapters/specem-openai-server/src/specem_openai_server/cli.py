@@ -65,13 +65,14 @@ def serve(
         ),
     ] = 1,
     feedback_path: Annotated[
-        Path | None,
+        str | None,
         typer.Option(
             "--feedback",
+            metavar="PATH|URL",
             help="Task-level feedback: every answer starts from its task's weights kept in "
-            "this feedback store (SQLite, made if it does not exist) and carries its own "
-            "over. Every worker shares it, and it survives restarts.",
-            dir_okay=False,
+            "this feedback store and carries its own over: a SQLite file (made if it does not "
+            "exist), which the workers share, or a postgresql:// URL, which every replica "
+            "shares (the password from PGPASSWORD or the URL). It survives restarts.",
         ),
     ] = None,
     task: Annotated[
@@ -154,11 +155,10 @@ def serve(
 
     err.print(f"serving {ensemble_name(members)} at http://{host}:{port}/v1")
     if feedback is not None:
-        err.print(f"feedback: {feedback_path}, task {feedback.task} ({feedback.answers} answers)")
+        err.print(f"feedback: {feedback.where}, task {feedback.task} ({feedback.answers} answers)")
     if keys.required:
-        err.print(
-            f"API keys: {len(keys)} ({'and /metrics' if metrics_need_key else '/v1/'} need one)"
-        )
+        needing = "/v1/ and /metrics need" if metrics_need_key else "/v1/ needs"
+        err.print(f"API keys: {len(keys)}; {needing} one")
     elif not loopback(host):
         err.print(
             f"warning: no API key, and --host {host} listens beyond this machine: anyone who "

@@ -3,10 +3,11 @@ asks) needs ``Authorization: Bearer KEY``, as on vLLM's and llama.cpp's servers 
 A request without a valid key is a 401 in OpenAI's shape (``invalid_api_key``) before anything
 else is done for it: no body read, no member asked.
 
-Keys come from ``--api-key`` (repeatable, or ``SPECEM_API_KEY``) and ``--api-key-file`` (one
-key a line; blank lines and lines starting with ``#`` are skipped), which the server reads
-again on SIGHUP, so that a key can be added or revoked without a restart (a file that cannot
-be read then, or holds no key, leaves the keys as they were, and says so in the log). Only
+Keys come from ``--api-key`` (repeatable, or ``SPECEM_SERVE_API_KEY``) and
+``--api-key-file`` (one key a line; blank lines and lines starting with ``#`` are skipped),
+which the server reads again on SIGHUP, so that a key can be added or revoked without a
+restart (a file that cannot be read then, or holds no key, leaves the keys as they were, and
+says so in the log). Only
 SHA-256 digests of the keys are kept, and a key sent is compared with each in constant time
 (:func:`hmac.compare_digest`), whatever its length. No key, sent or known, is ever logged,
 counted or written in an error.
@@ -29,8 +30,11 @@ from .errors import APIError
 
 log = logging.getLogger("specem_openai_server.keys")
 
-ENVIRONMENT = "SPECEM_API_KEY"
-"""The environment variable that gives ``specem serve`` a key (as ``--api-key`` does)."""
+ENVIRONMENT = "SPECEM_SERVE_API_KEY"
+"""The environment variable that gives ``specem serve`` its keys (as ``--api-key`` does,
+several separated by spaces). Not ``SPECEM_API_KEY``: that is the key a remote member sends
+to its own server where it has none of its own, so the clients' key would go to every such
+member's server."""
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 

@@ -25,7 +25,6 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 from specem_chain import Member, models
-from specem_chain.backends.batching import SEQUENCES
 from specem_chain.backends.http import MAX_CONNECTIONS
 from specem_chain.engine.types import Message, Tool
 from specem_chain.request import contexts, prompt_sizes
@@ -115,7 +114,7 @@ class Limits(BaseModel):
         None,
         ge=1,
         description="Answers in progress at once, per worker; beyond it requests wait in the "
-        f"queue. Default: sized from the members, the smallest of {SEQUENCES} for a llama.cpp "
+        "queue. Default: sized from the members, the smallest of 8 for a llama.cpp "
         "member with batching (the sequences one batch reads), 2 for another member in this "
         "process (it makes one model call at a time, so more answers only make each slower) "
         f"and {MAX_CONNECTIONS} for a member on a server (the connections kept to it).",
@@ -167,8 +166,11 @@ def concurrency(members: Sequence[Member]) -> int:
     def answers_at_once(member: Member) -> int:
         if member.remote:
             return MAX_CONNECTIONS
-        batched = member.batching and models.runs_on(member) == "llamacpp"
-        return SEQUENCES if batched else 2
+        if member.batching and models.runs_on(member) == "llamacpp":
+            from specem_chain.backends.batching import SEQUENCES  # imports llama_cpp
+
+            return SEQUENCES
+        return 2
 
     return min(answers_at_once(m) for m in members)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from pydantic_core import from_json
@@ -21,6 +21,19 @@ _ESCAPES = '"\\/bfnrt'
 _HEX = "0123456789abcdefABCDEF"
 _LITERALS = {"t": "true", "f": "false", "n": "null"}
 _CLOSERS = {"{": "}", "[": "]"}
+# Inside an escape sequence ("u4" to "u1": the hex digits still due in a \u escape) or a
+# literal ("true" after its "t" is "literal:rue"), the one character each state takes, and
+# the state it moves to.
+_INSIDE: dict[str, dict[str, str]] = {
+    "escape": {"u": "u4", **dict.fromkeys(_ESCAPES, "string")},
+    **{f"u{n}": dict.fromkeys(_HEX, f"u{n - 1}" if n > 1 else "string") for n in range(1, 5)},
+    **{
+        f"literal:{rest}": {rest[0]: f"literal:{rest[1:]}" if rest[1:] else "after_value"}
+        for word in _LITERALS.values()
+        for rest in (word[k:] for k in range(1, len(word)))
+    },
+}
+_IN_STRING = {"string", "escape", "u4", "u3", "u2", "u1"}
 # A number's states and their moves, by character class ("1" stands for any of 1-9).
 _NUMBER = {
     "minus": {"0": "zero", "1": "int"},
@@ -126,19 +139,24 @@ class LastKey:
 _INVALID = JsonScan(False, None)
 
 
+@dataclass
+class _Open:
+    """A container a scan is inside: its bracket, its latest key (None in an array) and its
+    keys as written."""
+
+    bracket: str
+    key: str | None = None
+    written: set[str] = field(default_factory=set)
+
+
 def scan_json(text: str) -> JsonScan:
     """Scan ``text`` as a JSON document (RFC 8259), stopping where its top-level value ends.
     An object that repeats a key is refused: RFC 8259 leaves its meaning to the reader."""
-    # one function: a state machine over the characters, whose states share these variables
-    stack: list[str] = []  # open containers, "{" or "["
-    keys: list[str | None] = []  # per open container: its latest key (None in arrays)
-    written: list[set[str]] = []  # per open container: its keys as written (none in arrays)
-    key_start = 0  # where the object key being scanned starts
-    key = ""  # the object key being scanned
-    state = "value"  # what may come next: a state below, a string state or a number state
-    in_key = False  # the string being scanned is an object key
-    rest = ""  # characters still due in a literal (true, false, null)
-    hex_left = 0  # hex digits still due in a \u escape
+    # a state machine over the characters: what may come next (a state below, a string,
+    # escape or literal state of _INSIDE, or a number state), the containers open, and
+    # the object key being read (from key_start on; key without its escapes)
+    stack: list[_Open] = []
+    state, in_key, key, key_start = "value", False, "", 0
     for i, char in enumerate(text):
         if state in _NUMBER:
             move = _NUMBER[state].get("1" if char in "123456789" else char.lower())
@@ -152,63 +170,32 @@ def scan_json(text: str) -> JsonScan:
             if char == '"':
                 state = "colon" if in_key else "after_value"
                 if in_key:
-                    if text[key_start:i] in written[-1]:
+                    if text[key_start:i] in stack[-1].written:
                         return _INVALID
-                    keys[-1] = key
-                    written[-1].add(text[key_start:i])
+                    stack[-1].key = key
+                    stack[-1].written.add(text[key_start:i])
             elif char == "\\":
                 state = "escape"
             elif char < " ":
                 return _INVALID
             elif in_key:
                 key += char
-        elif state == "escape":
-            if char == "u":
-                state, hex_left = "unicode", 4
-            elif char in _ESCAPES:
-                state = "string"
-            else:
+        elif state in _INSIDE:
+            state = _INSIDE[state].get(char, "")
+            if not state:
                 return _INVALID
-        elif state == "unicode":
-            if char not in _HEX:
-                return _INVALID
-            hex_left -= 1
-            state = "unicode" if hex_left else "string"
-        elif state == "literal":
-            if char != rest[0]:
-                return _INVALID
-            rest = rest[1:]
-            state = "literal" if rest else "after_value"
         elif char in _WS:
             continue
         elif state in ("value", "value_or_close"):  # after start, "[", "," in an array, ":"
-            if char in "{[":
-                stack.append(char)
-                keys.append(None)
-                written.append(set())
-                state = "key_or_close" if char == "{" else "value_or_close"
-            elif char == "]" and state == "value_or_close":
-                stack.pop()
-                keys.pop()
-                written.pop()
-                state = "after_value"
-            elif not stack:
-                return _INVALID  # a top-level scalar
-            elif char == '"':
-                state, in_key = "string", False
-            elif char in "-0123456789":
-                state = {"-": "minus", "0": "zero"}.get(char, "int")
-            elif char in _LITERALS:
-                state, rest = "literal", _LITERALS[char][1:]
-            else:
+            state = _value(stack, state, char)
+            if not state:
                 return _INVALID
+            in_key = False
         elif state in ("key", "key_or_close"):  # after "," in an object, after "{"
             if char == '"':
                 state, in_key, key, key_start = "string", True, "", i + 1
             elif char == "}" and state == "key_or_close":
                 stack.pop()
-                keys.pop()
-                written.pop()
                 state = "after_value"
             else:
                 return _INVALID
@@ -217,25 +204,49 @@ def scan_json(text: str) -> JsonScan:
                 return _INVALID
             state = "value"
         elif char == ",":  # after_value
-            state = "key" if stack[-1] == "{" else "value"
-        elif char == _CLOSERS[stack[-1]]:
+            state = "key" if stack[-1].bracket == "{" else "value"
+        elif char == _CLOSERS[stack[-1].bracket]:
             stack.pop()
-            keys.pop()
-            written.pop()
         else:
             return _INVALID
         if state == "after_value" and not stack:
             return JsonScan(True, i + 1)
+    return _unfinished(stack, state, in_key, key)
+
+
+def _value(stack: list[_Open], state: str, char: str) -> str:
+    """The state after ``char`` where a value may start (or, in "value_or_close", an empty
+    array close): "" when it may not."""
+    if char in "{[":
+        stack.append(_Open(char))
+        return "key_or_close" if char == "{" else "value_or_close"
+    if char == "]" and state == "value_or_close":
+        stack.pop()
+        return "after_value"
+    if not stack:
+        return ""  # a top-level scalar
+    if char == '"':
+        return "string"
+    if char in "-0123456789":
+        return {"-": "minus", "0": "zero"}.get(char, "int")
+    if char in _LITERALS:
+        return f"literal:{_LITERALS[char][1:]}"
+    return ""
+
+
+def _unfinished(stack: list[_Open], state: str, in_key: bool, key: str) -> JsonScan:
+    """The scan of a text that ends before its top-level value does, in ``state`` with
+    ``stack`` open (``key``: the object key being read, when ``in_key``)."""
     closable = state in ("after_value", "key_or_close", "value_or_close") or state in _NUMBER_ENDS
-    closers = "".join(_CLOSERS[c] for c in reversed(stack)) if closable else None
-    path = tuple(keys[:-1])
-    if not stack or stack[-1] != "{":
+    closers = "".join(_CLOSERS[c.bracket] for c in reversed(stack)) if closable else None
+    path = tuple(c.key for c in stack[:-1])
+    if not stack or stack[-1].bracket != "{":
         return JsonScan(True, None, closers=closers, open_path=path)
-    if state in ("string", "escape", "unicode") and in_key:
+    if state in _IN_STRING and in_key:
         return JsonScan(True, None, LastKey(path, key, closed=False), open_path=path)
     if state == "key":  # after a comma: a key must follow
         return JsonScan(True, None, LastKey(path, "", closed=False), open_path=path)
-    last = None if keys[-1] is None else LastKey(path, keys[-1], True)
+    last = None if stack[-1].key is None else LastKey(path, stack[-1].key, True)
     return JsonScan(True, None, last, closers, path)
 
 

@@ -75,15 +75,15 @@ def chat(
     ] = None,
     system: Annotated[str | None, typer.Option(help="A system message.")] = None,
     feedback_path: Annotated[
-        Path | None,
+        str | None,
         typer.Option(
             "--feedback",
-            help="Task-level feedback: start from the task's weights kept at this path "
-            "(uniform where there are none yet) and carry this answer's over. A feedback "
-            "store (SQLite, made if it does not exist; the one specem serve --feedback "
-            "shares) or, for a path ending in .json, a JSON file saved back whole. Give the "
-            "same path to every question of one task.",
-            dir_okay=False,
+            metavar="PATH|URL",
+            help="Task-level feedback: start from the task's weights kept there (uniform "
+            "where there are none yet) and carry this answer's over. A feedback store (a "
+            "SQLite file, made if it does not exist, or a postgresql:// URL; the one specem "
+            "serve --feedback shares) or, for a path ending in .json, a JSON file saved back "
+            "whole. Give the same one to every question of one task.",
         ),
     ] = None,
     task: Annotated[
@@ -121,7 +121,7 @@ def chat(
     except SpecEMError as error:
         raise fail(str(error)) from None
     if feedback_path and feedback is not None:
-        if feedback.path is None:  # a JSON file
+        if feedback.location is None:  # a JSON file
             try:
                 feedback.save(feedback_path)
             except OSError as error:
@@ -129,7 +129,7 @@ def chat(
             err.print(f"feedback: {feedback_path} ({feedback.answers} answers)")
         else:
             err.print(
-                f"feedback: {feedback_path}, task {feedback.task} ({feedback.answers} answers)"
+                f"feedback: {feedback.where}, task {feedback.task} ({feedback.answers} answers)"
             )
     if as_json:
         out.print_json(json.dumps(answer.to_json()))

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ValidationError
 from rich.console import Console
 from rich.text import Text
 
-from .feedback import DEFAULT_TASK, Feedback, checked_task
+from .feedback import DEFAULT_TASK, Feedback, checked_task, is_url
 from .members import Member, member_list
 from .models import DEFAULT_MEMBERS
 from .request import RequestSettings
@@ -52,24 +52,28 @@ def chosen_members(specs: Sequence[str] | None) -> list[Member]:
         raise fail(str(error)) from None
 
 
-def chosen_feedback(path: Path | None, task: str | None, *, json_file: bool) -> Feedback | None:
-    """The task feedback that ``--feedback PATH`` and ``--task NAME`` name (None without
-    ``--feedback``): the task of the feedback store at ``path`` (None:
-    :data:`~specem_chain.feedback.DEFAULT_TASK`), made where there is none yet; or, where
-    ``json_file`` allows it, for a path ending in .json, the feedback saved in that JSON file
-    (a new one if there is none yet). A bad combination or a path that cannot hold it exits
-    with a one-line error naming ``--feedback`` or ``--task``, before any member runs."""
-    if path is None:
+def chosen_feedback(
+    location: str | Path | None, task: str | None, *, json_file: bool
+) -> Feedback | None:
+    """The task feedback that ``--feedback PATH|URL`` and ``--task NAME`` name (None without
+    ``--feedback``): the task (None: :data:`~specem_chain.feedback.DEFAULT_TASK`) of the
+    feedback store at ``location``, a SQLite file's path or a ``postgresql://`` URL, made
+    where there is none yet; or, where ``json_file`` allows it, for a path ending in .json,
+    the feedback saved in that JSON file (a new one if there is none yet). A bad combination
+    or a store that cannot be opened exits with a one-line error naming ``--feedback`` or
+    ``--task`` (never a password), before any member runs."""
+    if location is None:
         if task is not None:
             raise fail("--task: give --feedback too, the feedback store the task is kept in")
         return None
-    if path.suffix.lower() != ".json":
+    path = Path(location)
+    if is_url(location) or path.suffix.lower() != ".json":
         try:
             task = checked_task(DEFAULT_TASK if task is None else task)
         except ValueError as error:
             raise fail(f"--task: {error}") from None
         try:
-            return Feedback.open(path, task)
+            return Feedback.open(location, task)
         except ValueError as error:
             raise fail(f"--feedback: {error}") from None
     if not json_file:

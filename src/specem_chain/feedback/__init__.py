@@ -32,7 +32,7 @@ restart. Every kind updates the weights with the same pure functions (:mod:`.upd
 
 from .memory import Feedback
 from .sqlite import APPLICATION_ID
-from .stored import StoredFeedback, StoreState
+from .stored import StoredFeedback, StoreState, is_url
 from .update import (
     DECAY,
     DEFAULT_TASK,
@@ -56,5 +56,6 @@ __all__ = [
     "checked_decay",
     "checked_task",
     "final_weights",
+    "is_url",
     "task_weights",
 ]

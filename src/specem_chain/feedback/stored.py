@@ -90,6 +90,11 @@ class Store(Protocol):
     def close(self) -> None: ...
 
 
+def is_url(location: str | Path) -> bool:
+    """Whether ``location`` is a URL (``scheme://...``), not a path."""
+    return URL.match(os.fspath(location)) is not None
+
+
 def store_at(location: str | Path) -> Store:
     """The store at ``location``: a PostgreSQL database for a ``postgresql://`` URL, else
     a SQLite file."""

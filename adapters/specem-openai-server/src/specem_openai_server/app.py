@@ -85,11 +85,11 @@ def create_app(
         """The feedback a request counts toward: the server's task, or the task of the
         server's feedback store that its ``metadata.task`` names."""
         task = (body.metadata or {}).get("task")
-        if feedback is None or feedback.path is None or task is None or task == feedback.task:
+        if feedback is None or feedback.location is None or task is None or task == feedback.task:
             return feedback
         if task not in tasks:
             try:
-                tasks[task] = await asyncio.to_thread(Feedback.open, feedback.path, task)
+                tasks[task] = await asyncio.to_thread(Feedback.open, feedback.location, task)
             except FeedbackError:
                 raise
             except ValueError as error:
@@ -141,10 +141,15 @@ def create_app(
     @app.get("/ready")
     async def ready() -> JSONResponse:
         status, body = await readiness(members, defaults.min_members, drain.draining)
+        if feedback is not None and (store := await feedback.probe()) is not None:
+            metrics.feedback_store(store)  # said, not waited for: answers do not need it
+            body["feedback"] = store.to_json()
         return JSONResponse({"model": name} | body, status_code=status)
 
     @app.get("/metrics")
     async def metrics_() -> Response:
+        if feedback is not None:
+            metrics.feedback_store(feedback.state())
         body, kind = await asyncio.to_thread(metrics.exposition)
         return Response(body, media_type=kind)
 
@@ -224,7 +229,7 @@ def serving(
     server's own worker processes), the settings, the feedback store's path and task, the
     drain's seconds, the guard's limits and the server's keys (their digests and key
     file), as JSON."""
-    if feedback is not None and feedback.path is None:
+    if feedback is not None and feedback.location is None:
         raise ValueError("the workers of a server share task feedback in a feedback store")
     return json.dumps(
         {
@@ -234,7 +239,9 @@ def serving(
                 for m in members
             ],
             "settings": settings.model_dump(mode="json"),
-            "feedback": ({"path": str(feedback.path), "task": feedback.task} if feedback else None),
+            "feedback": (
+                {"location": feedback.location, "task": feedback.task} if feedback else None
+            ),
             "drain_s": drain_s,
             "limits": (limits or Limits()).model_dump(),
             "keys": (keys or ApiKeys()).shared(),
@@ -252,7 +259,7 @@ def served() -> FastAPI:
         [Member.model_validate(m) for m in data["members"]],
         RequestSettings.model_validate(data["settings"]),
         load=True,
-        feedback=Feedback.open(store["path"], store["task"]) if store else None,
+        feedback=Feedback.open(store["location"], store["task"]) if store else None,
         drain_s=data["drain_s"],
         limits=Limits.model_validate(data["limits"]),
         keys=ApiKeys.from_shared(data["keys"]),

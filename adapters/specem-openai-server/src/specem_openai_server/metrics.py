@@ -1,7 +1,8 @@
 """Prometheus metrics, served at ``/metrics``: requests by outcome, latency, rounds, each
 member's drafting and scoring time, tokens, segments won, dropped members, the
-task-feedback weights, and the guard's work: answers in progress, requests queued, their
-time in the queue, and requests refused before they were answered.
+task-feedback weights and the feedback store's state, and the guard's work: answers in
+progress, requests queued, their time in the queue, and requests refused before they were
+answered.
 
 The app calls :func:`finished` once per chat completion (whatever its end). With
 ``specem serve --workers N`` the workers are separate processes: the command sets
@@ -13,6 +14,7 @@ writes its values there, and ``/metrics`` on any worker reads them all
 from __future__ import annotations
 
 import os
+import threading
 from typing import TYPE_CHECKING
 
 from prometheus_client import (
@@ -29,6 +31,7 @@ from specem_chain.feedback import DEFAULT_TASK
 
 if TYPE_CHECKING:
     from specem_chain import Answer, Feedback
+    from specem_chain.feedback import StoreState
 
 MULTIPROC_DIR = "PROMETHEUS_MULTIPROC_DIR"
 
@@ -119,6 +122,24 @@ QUEUE_SECONDS = Histogram(
     buckets=ANSWER_BUCKETS,
 )
 
+FEEDBACK_UP = Gauge(
+    "specem_feedback_store_up",
+    "1 while every worker reaches the feedback store, 0 while one finds it down.",
+    multiprocess_mode="livemin",
+)
+FEEDBACK_BUFFERED = Gauge(
+    "specem_feedback_buffered_records",
+    "Answers' task-feedback records waiting in memory for the feedback store (it is down).",
+    multiprocess_mode="livesum",
+)
+FEEDBACK_DROPPED = Counter(
+    "specem_feedback_dropped_records",
+    "Answers' task-feedback records dropped because too many waited for the feedback store.",
+)
+_dropped = 0
+"""The records this worker had dropped when last counted."""
+_dropped_lock = threading.Lock()
+
 for outcome in OUTCOMES:  # every outcome and reason shows, at 0 until it happens
     REQUESTS.labels(outcome)
 for reason in REJECTIONS:
@@ -169,6 +190,21 @@ def finished(
             task = feedback.task or DEFAULT_TASK
             for member, weight in feedback.weights(answer.members).items():
                 TASK_WEIGHT.labels(task, member).set(weight)
+            feedback_store(feedback.state())
+
+
+def feedback_store(state: StoreState | None) -> None:
+    """Set the feedback store's metrics from its state as this worker sees it (None: in
+    memory, no store)."""
+    global _dropped
+    if state is None:
+        return
+    FEEDBACK_UP.set(1 if state.up else 0)
+    FEEDBACK_BUFFERED.set(state.buffered)
+    with _dropped_lock:
+        if state.dropped > _dropped:
+            FEEDBACK_DROPPED.inc(state.dropped - _dropped)
+            _dropped = state.dropped
 
 
 def outcome_of(status: int, code: str | None) -> str:

@@ -23,7 +23,7 @@ from typing import Any
 import anyio
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from specem_chain import Feedback, Member, RequestSettings, Update, open_request
 from specem_chain import Request as SpecEMRequest
 from specem_chain.errors import FeedbackError
@@ -34,12 +34,19 @@ from starlette.exceptions import HTTPException
 from . import metrics
 from .admission import Admission, Admit
 from .drain import DRAIN_S, Drain, Draining
-from .errors import APIError, api_error, bad_request, validation_error
+from .errors import ERROR_RESPONSES, APIError, api_error, bad_request, validation_error
 from .from_openai import call_arguments, turns_from_openai
 from .keys import ApiKeys, RequireKey
 from .limits import Guard, Limits
 from .readiness import readiness
-from .schema import ChatCompletion, ChatCompletionChunk, ChatCompletionRequest, Model, ModelList
+from .schema import (
+    ANSWER,
+    ChatCompletion,
+    ChatCompletionChunk,
+    ChatCompletionRequest,
+    Model,
+    ModelList,
+)
 from .to_openai import Chunks, completion
 
 
@@ -146,18 +153,18 @@ def create_app(
             body["feedback"] = store.to_json()
         return JSONResponse({"model": name} | body, status_code=status)
 
-    @app.get("/metrics")
+    @app.get("/metrics", response_class=PlainTextResponse)
     async def metrics_() -> Response:
         if feedback is not None:
             metrics.feedback_store(feedback.state())
         body, kind = await asyncio.to_thread(metrics.exposition)
         return Response(body, media_type=kind)
 
-    @app.get("/v1/models")
+    @app.get("/v1/models", responses=ERROR_RESPONSES)
     async def models() -> ModelList:
         return ModelList(data=[Model(id=name, created=started)])
 
-    @app.post(CHAT, response_model=None)
+    @app.post(CHAT, response_model=None, responses={200: ANSWER, **ERROR_RESPONSES})
     async def chat_completions(body: ChatCompletionRequest) -> ChatCompletion | StreamingResponse:
         started = time.perf_counter()
         try:  # bad input fails here, before any member runs

@@ -4,6 +4,8 @@ an answer past its time (504) or ours (500)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
@@ -39,6 +41,24 @@ class APIError(Exception):
 
     def response(self) -> JSONResponse:
         return JSONResponse(self.body.model_dump(), status_code=self.status, headers=self.headers)
+
+
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    "4XX": {
+        "model": ErrorResponse,
+        "description": "The request's fault, in OpenAI's error shape: 400 (a field, a limit "
+        "or the body, named), 401 (no valid key), 413 (the body is too large), 429 (the "
+        "server is full: Retry-After).",
+    },
+    "5XX": {
+        "model": ErrorResponse,
+        "description": "500 (no member could go on with a forced call or JSON answer), 503 "
+        "(a member or the feedback store cannot serve, or the server drains), 504 (the "
+        "answer ran past its time).",
+    },
+}
+"""The errors of a route under ``/v1/``, as the app's OpenAPI description gives them (in
+place of FastAPI's 422, which the server never sends: a body that does not fit is a 400)."""
 
 
 def bad_request(message: str, param: str | None = None) -> APIError:

@@ -129,6 +129,26 @@ class ChatCompletion(BaseModel):
     """Provenance (extension field): segments with candidates and scores, wins, weights."""
 
 
+ANSWER: dict[str, Any] = {
+    "model": ChatCompletion,
+    "description": "The answer; with stream: true, server-sent events instead: a "
+    "chat.completion.chunk for each round, one with the finish_reason, one with the usage "
+    "where stream_options.include_usage asks for it, then data: [DONE].",
+    "content": {
+        "text/event-stream": {
+            "schema": {
+                "description": "An event: its data a chat.completion.chunk or an error, as "
+                "JSON, or [DONE].",
+                "type": "object",
+                "properties": {"data": {"type": "string"}},
+                "required": ["data"],
+            }
+        }
+    },
+}
+"""A chat completion's 200, as the app's OpenAPI description gives it."""
+
+
 class DeltaToolCall(ToolCall):
     index: int
 

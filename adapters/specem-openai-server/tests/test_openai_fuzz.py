@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import httpx
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
@@ -161,3 +162,16 @@ def test_an_answer_and_a_stream_are_what_the_servers_own_description_says(own, t
 def test_the_metrics_are_what_the_servers_own_description_says(own, tiny_server):
     """``/metrics`` was described as JSON; it is Prometheus' text."""
     own["/metrics"]["GET"].Case().call_and_validate(base_url=tiny_server, checks=list(OWN))
+
+
+def test_a_body_that_is_not_utf8_says_so(tiny_server):
+    """Was "There was an error parsing the body" (FastAPI's words), which names no cause."""
+    response = httpx.post(
+        f"{tiny_server}/v1/chat/completions",
+        content=b'{"messages": "\xb0"}',
+        headers={"content-type": "application/json"},
+    )
+    assert response.status_code == 400
+    conforms(response.json(), "ErrorResponse")
+    message = response.json()["error"]["message"]
+    assert message.startswith("the body is not valid JSON: it is not UTF-8 text"), message

@@ -34,7 +34,7 @@ from starlette.exceptions import HTTPException
 from . import metrics
 from .admission import Admission, Admit
 from .drain import DRAIN_S, Drain, Draining
-from .errors import ERROR_RESPONSES, APIError, api_error, bad_request, validation_error
+from .errors import ERROR_RESPONSES, APIError, api_error, bad_request, http_error, validation_error
 from .from_openai import call_arguments, turns_from_openai
 from .keys import ApiKeys, RequireKey
 from .limits import Guard, Limits
@@ -134,8 +134,7 @@ def create_app(
 
     @app.exception_handler(HTTPException)
     async def _http(_: Request, error: HTTPException) -> JSONResponse:
-        kind = "not_found_error" if error.status_code == 404 else "invalid_request_error"
-        return APIError(error.status_code, str(error.detail), kind).response()
+        return http_error(error).response()
 
     @app.exception_handler(APIError)
     async def _api(_: Request, error: APIError) -> JSONResponse:

@@ -16,6 +16,7 @@ from specem_chain.errors import (
     RequestError,
     SpecEMError,
 )
+from starlette.exceptions import HTTPException
 
 from .schema import ErrorBody, ErrorResponse
 
@@ -86,6 +87,19 @@ def api_error(error: Exception) -> APIError:
     if isinstance(error, (ValueError, TypeError)):
         return bad_request(str(error))
     return APIError(500, f"internal error: {type(error).__name__}: {error}", "server_error")
+
+
+def http_error(error: HTTPException) -> APIError:
+    """Starlette's and FastAPI's own errors (an unknown path, a method the path does not
+    take, a body that cannot be read), in OpenAI's shape."""
+    cause = error.__cause__
+    if isinstance(cause, UnicodeDecodeError):  # FastAPI: "There was an error parsing the body"
+        return bad_request(
+            f"the body is not valid JSON: it is not UTF-8 text ({cause.reason} at byte "
+            f"{cause.start})"
+        )
+    kind = "not_found_error" if error.status_code == 404 else "invalid_request_error"
+    return APIError(error.status_code, str(error.detail), kind)
 
 
 def validation_error(error: RequestValidationError | ValidationError) -> APIError:

@@ -13,6 +13,7 @@ sys.path.insert(0, str(Path(__file__).parents[2] / "examples"))
 
 
 @pytest.mark.models
+@pytest.mark.heavy  # a minute on the default member, which tests/integration checks by default
 def test_quickstart_prints_the_answers_and_the_provenance(capsys):
     from quickstart import main
 

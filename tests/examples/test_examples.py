@@ -73,6 +73,8 @@ def test_agent_tools_calculator_is_safe():
         assert calculator.invoke({"expression": unsafe}).startswith("Error:")
 
 
+@pytest.mark.heavy  # an agent on the default member (a minute); tests/langchain/test_agents.py
+# checks an agent's tool call and answer by default
 def test_agent_tools_calls_the_calculator_then_answers_from_its_result():
     from agent_tools import build_agent, calculator
     from langchain_core.messages import AIMessage, ToolMessage

@@ -231,6 +231,7 @@ async def test_requests_that_share_a_system_prompt_answer_together_as_alone(monk
         )
 
 
+@pytest.mark.heavy  # the benchmark's run; sharing a prompt is checked by the tests above
 def test_the_shared_prompt_benchmark_asks_three_questions_on_one_sheet(monkeypatch, capsys):
     script = Path(__file__).parents[2] / "benchmarks" / "shared_prompt.py"
     monkeypatch.setattr(sys, "argv", [str(script), "-m", "smollm2", "--max-tokens", "4"])

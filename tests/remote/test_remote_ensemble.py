@@ -26,6 +26,8 @@ def llama_member(server: LlamaServer, **settings: object) -> Member:
     )
 
 
+@pytest.mark.heavy  # a minute; two servers' members answering together are checked by default
+# below (a member killed mid-answer), each kind of server by test_remote_parity.py
 async def test_llamacpp_and_tgi_members_answer_together(smollm2_llama, tiny_tgi_url):
     llm = SpecEMChatModel(
         members=[llama_member(smollm2_llama), Member.tgi(tiny_tgi_url, name="tgi")],

@@ -11,6 +11,7 @@ from lm_eval_specem import TASKS_DIR
 pytestmark = pytest.mark.models
 
 
+@pytest.mark.heavy  # the default member on both; test_lmeval_tasks.py runs them on tiny ones
 def test_the_default_ensemble_answers_both_tasks(data):
     tasks = TaskManager(include_path=str(TASKS_DIR), include_defaults=False, metadata=data)
     results = lm_eval.simple_evaluate(

@@ -13,12 +13,16 @@ from collections import Counter
 from pathlib import Path
 
 import httpx
+import pytest
 from remote.remote_servers import TGI_TEST_SERVER, running
 from test_serve_command import free_port
 
 BENCHMARK = Path(__file__).parents[3] / "benchmarks" / "serve_faults.py"
 
 
+# The benchmark run end to end (over a minute): test_remote_ensemble.py checks a member
+# dropped mid-answer and test_ready_and_drain.py readiness through an outage, by default.
+@pytest.mark.heavy
 def test_every_request_through_a_killed_and_restarted_member_ends_clearly(tiny_models, tmp_path):
     steady, faulty = free_port(), free_port()
     pid = tmp_path / "faulty.pid"

@@ -175,3 +175,27 @@ def test_a_body_that_is_not_utf8_says_so(tiny_server):
     conforms(response.json(), "ErrorResponse")
     message = response.json()["error"]["message"]
     assert message.startswith("the body is not valid JSON: it is not UTF-8 text"), message
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"max_tokens": True},
+        {"max_tokens": "5"},
+        {"seed": False},
+        {"temperature": "0.5"},
+        {"stream": "yes"},
+        {"parallel_tool_calls": 0},
+        {"stream_options": {"include_usage": "on"}},
+    ],
+)
+def test_a_field_of_another_json_type_is_refused_not_converted(tiny_server, fields):
+    """Were answered: ``max_tokens: true`` as 1, ``"5"`` as 5, ``parallel_tool_calls: 0``
+    as false, ``stream: "yes"`` as a stream (pydantic's lax conversions), where the server's
+    description, and OpenAI's, give each field one JSON type."""
+    body = {"messages": [{"role": "user", "content": "Hi"}], **fields}
+    response = httpx.post(f"{tiny_server}/v1/chat/completions", json=body)
+    assert response.status_code == 400, response.text
+    conforms(response.json(), "ErrorResponse")
+    (name,) = fields
+    assert response.json()["error"]["param"].startswith(name)

@@ -45,6 +45,8 @@ class ChatMessage(BaseModel):
 
 
 class StreamOptions(BaseModel):
+    model_config = ConfigDict(strict=True)
+
     include_usage: bool = False
 
 
@@ -52,9 +54,10 @@ class ChatCompletionRequest(BaseModel):
     """A chat-completions request: the fields the server reads. Any other field is kept in
     ``model_extra``, where the guard refuses those OpenAI defines and the server does not
     implement (:data:`.limits.UNSUPPORTED`); the rest are ignored, as other compatible
-    servers do (:data:`.limits.IGNORED`)."""
+    servers do (:data:`.limits.IGNORED`). A field takes only its own JSON type (strict):
+    ``true`` or ``"5"`` is no ``max_tokens``, ``"yes"`` no ``stream``."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)
 
     model: str | None = None
     messages: list[ChatMessage] = Field(min_length=1)

@@ -112,17 +112,22 @@ def specem_serve(
         server.wait(timeout=120)
 
 
+def streamed_question(index: int, max_tokens: int) -> dict[str, Any]:
+    """The ``index``-th request's body: an open question (in turn), seeded by ``index``."""
+    return {
+        "model": "specem",
+        "messages": [{"role": "user", "content": QUESTIONS[index % len(QUESTIONS)]}],
+        "max_tokens": max_tokens,
+        "seed": index,
+        "stream": True,
+    }
+
+
 async def ask(
     client: httpx.AsyncClient, base: str, asked: Asked, max_tokens: int, clock: float
 ) -> None:
     """One streamed chat completion, recorded in ``asked`` as it goes."""
-    body = {
-        "model": "specem",
-        "messages": [{"role": "user", "content": QUESTIONS[asked.index % len(QUESTIONS)]}],
-        "max_tokens": max_tokens,
-        "seed": asked.index,
-        "stream": True,
-    }
+    body = streamed_question(asked.index, max_tokens)
     members: set[str] = set()
     async with client.stream("POST", f"{base}/v1/chat/completions", json=body) as response:
         if response.status_code != 200:

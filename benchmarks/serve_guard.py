@@ -38,7 +38,7 @@ from typing import Any
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
-from serve_faults import specem_serve
+from serve_faults import specem_serve, streamed_question
 
 from specem_chain.benchmark.load import QUESTIONS, percentile
 
@@ -57,13 +57,7 @@ class Asked:
 
 
 async def ask(client: httpx.AsyncClient, asked: Asked, max_tokens: int, timeout: float) -> None:
-    body = {
-        "model": "specem",
-        "messages": [{"role": "user", "content": QUESTIONS[asked.index % len(QUESTIONS)]}],
-        "max_tokens": max_tokens,
-        "seed": asked.index,
-        "stream": True,
-    }
+    body = streamed_question(asked.index, max_tokens)
     started = time.perf_counter()
 
     async def run() -> None:

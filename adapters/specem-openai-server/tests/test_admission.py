@@ -7,15 +7,12 @@ server made to wait before each answer (a fault at the transport boundary)."""
 from __future__ import annotations
 
 import asyncio
-import sys
 import time
 
 import httpx
 import pytest
 from openai_server_harness import serve
-from remote.remote_servers import TGI_TEST_SERVER, running
-from specem_chain import Member, RequestSettings
-from test_serve_command import free_port
+from specem_chain import RequestSettings
 
 from specem_openai_server.admission import Admission
 from specem_openai_server.errors import APIError
@@ -59,18 +56,6 @@ async def test_a_queued_client_that_leaves_is_dropped_and_the_next_one_gets_the_
     assert await waits
     admission.leave()
     assert admission.running == 0
-
-
-@pytest.fixture(scope="module")
-def slow_member(tiny_models, tmp_path_factory):
-    """A member whose every drafting or scoring request waits 0.4 s: an answer of 24 tokens
-    takes a second or more."""
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    command = [sys.executable, str(TGI_TEST_SERVER), str(tiny_models["llama"]), "--port", str(port)]
-    log = tmp_path_factory.mktemp("slow") / "tgi.log"
-    with running([*command, "--delay", "0.4"], f"{url}/health", log):
-        yield Member.tgi(url, name="slow", retries=0)
 
 
 def metric(base: str, name: str) -> float:

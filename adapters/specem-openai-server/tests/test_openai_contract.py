@@ -9,7 +9,6 @@ import json
 
 import httpx
 import pytest
-import test_admission
 from openai_contract import conforms, events, stream_conforms
 from openai_server_harness import serve
 from specem_chain import Member, RequestSettings
@@ -26,9 +25,6 @@ from specem_openai_server.drain import cut_error, refusal
 from specem_openai_server.errors import api_error
 from specem_openai_server.keys import ApiKeys
 from specem_openai_server.limits import Limits
-
-slow_member = test_admission.slow_member
-"""test_admission.py's member that waits 0.4 s before each answer (a fixture)."""
 
 CHAT = "/v1/chat/completions"
 QUESTION = [{"role": "user", "content": "How many clips did Natalia sell?"}]

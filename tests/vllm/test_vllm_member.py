@@ -94,11 +94,19 @@ def prompt_tokens(server: VLLMServer) -> dict[str, float]:
 
 @pytest.mark.parametrize("route", [r for r in ROUTES if r != "prompt_logprobs"])
 async def test_every_route_scores_as_prompt_logprobs_does_after_a_long_context(vllm, route):
-    backend = VLLMBackend(Member.vllm(vllm.url))
+    """As in a round, the context is drafted from (read once, into the server's prefix cache)
+    before its candidates are scored. Scored cold, every prompt of a cached route's request
+    computes the whole context again, side by side in one step (a prompt's blocks are cached
+    once computed, not while): on one CPU core that took longer than the member's 60 s
+    timeout, three times, and the member was dropped. The re-reading routes (the truth's
+    ``prompt_logprobs`` and ``echo``) still read the whole context once per candidate, by
+    design: the member's timeout is one a slower machine than CI's passes too."""
+    backend = VLLMBackend(Member.vllm(vllm.url, request_timeout=600))
     session = await backend.open(LONG)
     assert session.prompt_tokens > 10 * 128
     backend.block = None  # no switching to the cheaper route: the route as set scores
     await session.accept(Segment(" Ferry 2 leaves"))
+    await session.draft(1, Sampling(temperature=0.0), seed=0)
     backend.route = "prompt_logprobs"
     truth = await session.score(LONG_CANDIDATES, "mean_logprob")
     backend.route = route

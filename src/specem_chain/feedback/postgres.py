@@ -202,19 +202,24 @@ class PostgresStore:
 
     # -- pools ---------------------------------------------------------------------------
 
+    def _pool_settings(self) -> dict[str, Any]:
+        """What the thread's pool and each event loop's share: the database, its options,
+        the pool's size and how long a caller waits for a connection, opened on first use."""
+        return {
+            "conninfo": self.location,
+            "kwargs": self._options,
+            "max_size": POOL_SIZE,
+            "open": False,
+            "timeout": WAIT_S,
+            "reconnect_timeout": WAIT_S,
+            "name": "specem-feedback",
+        }
+
     def _sync_pool(self) -> ConnectionPool[psycopg.Connection[Any]]:
         with self._lock:
             if self._pool is None:
                 self._pool = ConnectionPool(
-                    self.location,
-                    kwargs=self._options,
-                    min_size=0,
-                    max_size=POOL_SIZE,
-                    open=False,
-                    check=ConnectionPool.check_connection,
-                    timeout=WAIT_S,
-                    reconnect_timeout=WAIT_S,
-                    name="specem-feedback",
+                    **self._pool_settings(), min_size=0, check=ConnectionPool.check_connection
                 )
                 self._pool.open()
             return self._pool
@@ -227,15 +232,7 @@ class PostgresStore:
             pool = self._pools.get(loop)
             if pool is None:
                 pool = self._pools[loop] = AsyncConnectionPool(
-                    self.location,
-                    kwargs=self._options,
-                    min_size=1,
-                    max_size=POOL_SIZE,
-                    open=False,
-                    check=AsyncConnectionPool.check_connection,
-                    timeout=WAIT_S,
-                    reconnect_timeout=WAIT_S,
-                    name="specem-feedback-async",
+                    **self._pool_settings(), min_size=1, check=AsyncConnectionPool.check_connection
                 )
         await pool.open()  # once; again is a no-op
         return pool

@@ -586,15 +586,23 @@ async def prompt_sizes(
     """Each member's prompt for a conversation, counted in its own tokenizer, with its
     context: for checks made before any member runs. Counting asks a member's server to
     tokenize, which runs no model, except on an OpenAI-style server, which counts a prompt
-    by answering it: leave such members out."""
+    by answering it: leave such members out. A member whose server cannot be reached is
+    left out too, as a request leaves it out (:class:`MemberUnavailable`)."""
 
     async def size(member: Member) -> PromptSize:
         found = await loaded(member)
         tokens = await found.count(messages, list(tools))
         return PromptSize(tokens, found.context_tokens)
 
-    sizes = await asyncio.gather(*(size(m) for m in members))
-    return dict(zip((m.label for m in members), sizes))
+    sizes = await asyncio.gather(*(size(m) for m in members), return_exceptions=True)
+    for size_ in sizes:
+        if isinstance(size_, BaseException) and not isinstance(size_, MemberUnavailable):
+            raise size_
+    return {
+        m.label: size_
+        for m, size_ in zip(members, sizes)
+        if not isinstance(size_, MemberUnavailable)
+    }
 
 
 def open_request(

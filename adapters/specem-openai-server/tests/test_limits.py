@@ -173,3 +173,13 @@ def test_the_defaults_are_sized_from_the_members_and_the_settings(tiny_models):
         Limits(max_concurrent_requests=3, max_queue=0, max_tokens_limit=10), remote, 256
     )
     assert (set_.max_concurrent_requests, set_.max_queue, set_.max_tokens_limit) == (3, 0, 10)
+
+
+def test_a_member_that_cannot_be_reached_is_left_out_of_the_count_as_of_the_answer(tiny_models):
+    """The prompt is counted by every member that can count it; one whose server is down is
+    left out of the answer (min_members=1), not made the request's failure."""
+    members = [UNREACHABLE, str(tiny_models["llama"])]
+    with serve(members, RequestSettings(max_tokens=8, min_members=1)) as base:
+        response = post(base, {"messages": HI})
+    assert response.status_code == 200, response.text
+    assert list(response.json()["specem"]["dropped"]) == [UNREACHABLE.label]

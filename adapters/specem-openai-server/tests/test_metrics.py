@@ -198,7 +198,7 @@ def test_an_answer_its_members_cannot_serve_is_counted_unavailable(tiny_models):
     """Two members needed, one on a server that is down: a 503, counted ``unavailable``."""
     down = Member.tgi(f"http://127.0.0.1:{free_port()}", name="remote", retries=0)
     members = [down, Member(source=str(tiny_models["llama"]))]
-    with serve(members, RequestSettings(min_members=2)) as base:
+    with serve(members, RequestSettings(min_members=2, max_tokens=16)) as base:
         before = scrape(base)
         body = {"model": "specem", "messages": [{"role": "user", "content": "Hi"}]}
         response = httpx.post(f"{base}/v1/chat/completions", json=body, timeout=60)

@@ -263,10 +263,11 @@ class Guard:
         max_tokens: int,
     ) -> None:
         """Refuse a prompt that is longer than ``--max-input-tokens`` or leaves a member's
-        context no room for an answer of ``max_tokens``, counted in each member's own
-        tokenizer; first, by its characters, a prompt far past either limit. A member on an
-        OpenAI-style server counts a prompt only by answering it, so it is not counted here
-        (its server checks the prompt itself)."""
+        context no room for an answer of ``max_tokens`` (the request's, else the server's
+        default: an answer that reached a member's context's end would fail there), counted
+        in each member's own tokenizer; first, by its characters, a prompt far past either
+        limit. A member on an OpenAI-style server counts a prompt only by answering it, so it
+        is not counted here (its server checks the prompt itself)."""
         counted = [m for m in members if m.kind != "openai"]
         limit = self.limits.max_input_tokens
         rooms = [c - max_tokens for c in (await contexts(counted)).values() if c is not None]
@@ -284,8 +285,9 @@ class Guard:
                 raise context_length(
                     f"member {label!r} holds {size.context} tokens, and the prompt is "
                     f"{size.tokens} of its tokens with max_tokens={max_tokens} for the "
-                    f"answer ({size.tokens + max_tokens} in all); shorten the conversation or "
-                    "send a smaller max_tokens"
+                    f"answer (the request's, else this server's --max-tokens; "
+                    f"{size.tokens + max_tokens} in all); shorten the conversation or send "
+                    "a smaller max_tokens"
                 )
 
 

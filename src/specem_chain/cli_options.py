@@ -33,11 +33,15 @@ def fail(message: str) -> typer.Exit:
     return typer.Exit(2)
 
 
+def option_name(name: str) -> str:
+    """The command-line option of the setting ``name`` (``max_tokens``: ``--max-tokens``)."""
+    return "--" + name.replace("_", "-")
+
+
 def describe(error: ValidationError) -> str:
     """One line per invalid setting, named as the command line names it."""
     return "; ".join(
-        f"--{'-'.join(str(p) for p in e['loc']).replace('_', '-')}: {e['msg']}"
-        for e in error.errors()
+        f"{option_name('_'.join(str(p) for p in e['loc']))}: {e['msg']}" for e in error.errors()
     )
 
 
@@ -107,7 +111,7 @@ def setting_option(
     field = model.model_fields[name]
     choices = [field.annotation, *get_args(field.annotation)]  # a choice, or one or None
     kind = str if any(get_origin(a) is Literal for a in choices) else field.annotation
-    names = ("--" + name.replace("_", "-"), *aliases) if aliases else ()
+    names = (option_name(name), *aliases) if aliases else ()
     return inspect.Parameter(
         name,
         inspect.Parameter.KEYWORD_ONLY,

@@ -15,9 +15,10 @@ import typer
 import yaml
 from kubernetes_validate.utils import latest_version
 from specem_openai_server.drain import CUT_S
-from specem_openai_server.limits import IGNORED, UNSUPPORTED, Limits, option
+from specem_openai_server.limits import IGNORED, UNSUPPORTED, Limits
 
 from specem_chain.cli import app
+from specem_chain.cli_options import option_name
 from specem_chain.members import member_list
 from specem_chain.request import RequestSettings
 
@@ -143,7 +144,7 @@ def test_the_guides_field_list_names_every_field_the_server_ignores_or_refuses()
 
 def test_the_guides_limits_table_names_every_limit():
     named = {o for row in table_rows("## Limits") for o in re.findall(r"`(--[\w-]+)", row[0])}
-    wanted = {option(name) for name in Limits.model_fields}
+    wanted = {option_name(name) for name in Limits.model_fields}
     assert wanted | {"--api-key-file", "--answer-timeout"} <= named
 
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from ..cli_options import err, fail, quiet_transformers, with_settings
+from ..cli_options import err, fail, option_name, quiet_transformers, with_settings
 from ..members import BackendName, Member
 from ..models import DEFAULT_MEMBERS, builtin, runs_on
 from ..request import RequestSettings
@@ -311,7 +311,7 @@ def rerun_options(
     defaults = RequestSettings()
     for name in EVERY_SYSTEM:
         if (value := getattr(settings, name)) != getattr(defaults, name):
-            given[f"--{name.replace('_', '-')}"] = value
+            given[option_name(name)] = value
     options = ["--task", task, "--data", str(data)]
     for option, value in given.items():
         if value is not None:

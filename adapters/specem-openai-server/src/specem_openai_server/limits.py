@@ -26,6 +26,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 from specem_chain import Member, models
 from specem_chain.backends.http import MAX_CONNECTIONS
+from specem_chain.cli_options import option_name
 from specem_chain.engine.types import Message, Tool
 from specem_chain.request import contexts, prompt_sizes
 
@@ -155,11 +156,6 @@ class Limits(BaseModel):
     )
 
 
-def option(name: str) -> str:
-    """The ``specem serve`` option of a limit or setting."""
-    return "--" + name.replace("_", "-")
-
-
 def concurrency(members: Sequence[Member]) -> int:
     """The default of ``--max-concurrent-requests`` (see :class:`Limits`)."""
 
@@ -177,8 +173,8 @@ def concurrency(members: Sequence[Member]) -> int:
 
 def too_large(what: str, value: int, limit: int, name: str, param: str | None = None) -> APIError:
     return bad_request(
-        f"{what} is {value}, more than this server's limit of {limit} ({option(name)}); "
-        f"send at most {limit}, or ask the operator to raise {option(name)}",
+        f"{what} is {value}, more than this server's limit of {limit} ({option_name(name)}); "
+        f"send at most {limit}, or ask the operator to raise {option_name(name)}",
         param,
     )
 
@@ -278,8 +274,8 @@ class Guard:
             if limit is not None and size.tokens > limit:
                 raise context_length(
                     f"the prompt is {size.tokens} tokens for member {label!r}, more than this "
-                    f"server's limit of {limit} ({option('max_input_tokens')}); shorten the "
-                    f"conversation, or ask the operator to raise {option('max_input_tokens')}"
+                    f"server's limit of {limit} ({option_name('max_input_tokens')}); shorten the "
+                    f"conversation, or ask the operator to raise {option_name('max_input_tokens')}"
                 )
             if size.context is not None and size.tokens + max_tokens > size.context:
                 raise context_length(

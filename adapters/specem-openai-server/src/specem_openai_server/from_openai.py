@@ -66,7 +66,7 @@ def call_arguments(request: ChatCompletionRequest) -> dict[str, Any]:
     and answer options (stop sequences, tools, the answer's format), as a call gives them
     to :func:`specem_chain.request.merge_call`."""
     given = {
-        "max_tokens": request.max_completion_tokens or request.max_tokens,
+        "max_tokens": request.asked_tokens,
         "temperature": request.temperature,
         "repeat_penalty": request.repeat_penalty,
         "loop_penalty": request.loop_penalty,

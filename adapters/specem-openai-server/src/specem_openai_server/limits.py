@@ -210,7 +210,7 @@ class Guard:
                     name,
                 )
         limits = self.limits
-        asked = body.max_completion_tokens or body.max_tokens
+        asked = body.asked_tokens
         if asked is not None and asked > self.max_tokens_limit:
             param = "max_completion_tokens" if body.max_completion_tokens else "max_tokens"
             raise too_large(param, asked, self.max_tokens_limit, "max_tokens_limit", param)
@@ -237,20 +237,6 @@ class Guard:
                 "the number of tools", len(tools), limits.max_tools, "max_tools", "tools"
             )
 
-    def check_characters(
-        self, messages: Sequence[Message], tools: Sequence[Tool], most: int
-    ) -> None:
-        """Refuse, by its length in characters, a prompt that cannot be ``most`` tokens or
-        fewer in any tokenizer: tokenising it would cost a core seconds for nothing."""
-        characters = sum(len(m.get("content") or "") for m in messages)
-        characters += len(json.dumps(list(tools))) if tools else 0
-        if characters > CHARACTERS_PER_TOKEN * most:
-            raise context_length(
-                f"the prompt is {characters} characters, far more than the {most} tokens it "
-                f"may have on this server (a token holds at most about {CHARACTERS_PER_TOKEN} "
-                "characters of text); shorten the conversation"
-            )
-
     async def check_prompt(
         self,
         members: Sequence[Member],
@@ -269,7 +255,7 @@ class Guard:
         rooms = [c - max_tokens for c in (await contexts(counted)).values() if c is not None]
         most = min([*rooms, *([limit] if limit else [])], default=None)
         if most is not None:
-            self.check_characters(messages, tools, max(most, 1))
+            check_characters(messages, tools, max(most, 1))
         for label, size in (await prompt_sizes(counted, messages, tools)).items():
             if limit is not None and size.tokens > limit:
                 raise context_length(
@@ -285,6 +271,19 @@ class Guard:
                     f"{size.tokens + max_tokens} in all); shorten the conversation or send "
                     "a smaller max_tokens"
                 )
+
+
+def check_characters(messages: Sequence[Message], tools: Sequence[Tool], most: int) -> None:
+    """Refuse, by its length in characters, a prompt that cannot be ``most`` tokens or
+    fewer in any tokenizer: tokenising it would cost a core seconds for nothing."""
+    characters = sum(len(m.get("content") or "") for m in messages)
+    characters += len(json.dumps(list(tools))) if tools else 0
+    if characters > CHARACTERS_PER_TOKEN * most:
+        raise context_length(
+            f"the prompt is {characters} characters, far more than the {most} tokens it "
+            f"may have on this server (a token holds at most about {CHARACTERS_PER_TOKEN} "
+            "characters of text); shorten the conversation"
+        )
 
 
 def context_length(message: str) -> APIError:

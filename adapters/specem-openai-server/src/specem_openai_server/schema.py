@@ -90,6 +90,12 @@ class ChatCompletionRequest(BaseModel):
         "(specem serve --feedback), metadata.task names the task the answer counts toward.",
     )
 
+    @property
+    def asked_tokens(self) -> int | None:
+        """The answer's length the request asks for: ``max_completion_tokens``, OpenAI's
+        name now, else the older ``max_tokens``."""
+        return self.max_completion_tokens or self.max_tokens
+
 
 class Usage(BaseModel):
     prompt_tokens: int
